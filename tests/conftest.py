@@ -1,0 +1,37 @@
+"""Shared fixtures: the built site, and the device the suite runs on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def mkdocs_build(site_dir: Path, config: Path = ROOT / "mkdocs.yml") -> subprocess.CompletedProcess:
+    """`mkdocs build --strict` in a fresh interpreter, as CI and `nox -s docs` run it."""
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site_dir)],
+        cwd=config.parent, env=env, capture_output=True, text=True, timeout=600,
+    )
+
+
+@dataclass
+class Build:
+    site: Path
+    log: str
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory) -> Build:
+    """The whole site, built once per test session, with what the build logged."""
+    site = tmp_path_factory.mktemp("site")
+    result = mkdocs_build(site)
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-4000:]}"
+    return Build(site, result.stderr)

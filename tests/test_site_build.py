@@ -1,0 +1,62 @@
+"""How the site is built: notebooks execute and fail the build on error; .py files stay code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, mkdocs_build
+
+
+def notebook(source: str) -> str:
+    return json.dumps({
+        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {},
+                   "outputs": [], "source": source}],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                    "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    })
+
+
+def site_with_notebook(tmp_path: Path, source: str) -> Path:
+    """A minimal site using our mkdocs-jupyter settings, with one notebook page."""
+    ours = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    jupyter = next(p for p in ours["plugins"] if isinstance(p, dict) and "mkdocs-jupyter" in p)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text("# Home\n")
+    (tmp_path / "docs" / "lab.ipynb").write_text(notebook(source))
+    (tmp_path / "docs" / "helper.py").write_text("print('a script, not a page')\n")
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(yaml.safe_dump({"site_name": "t", "plugins": ["search", jupyter]}))
+    return config
+
+
+@pytest.mark.slow
+def test_notebook_cell_error_fails_the_build(tmp_path):
+    result = mkdocs_build(tmp_path / "site", site_with_notebook(tmp_path, "1 / 0"))
+    assert result.returncode != 0
+    assert "ZeroDivisionError" in result.stderr
+
+
+@pytest.mark.slow
+def test_notebook_executes_and_py_files_are_not_pages(tmp_path):
+    result = mkdocs_build(tmp_path / "site", site_with_notebook(tmp_path, "print(6 * 7)"))
+    assert result.returncode == 0, result.stderr
+    assert "42" in (tmp_path / "site" / "lab" / "index.html").read_text()
+    assert not (tmp_path / "site" / "helper").exists()
+
+
+@pytest.mark.slow
+def test_no_python_file_under_docs_becomes_a_page(built_site):
+    for script in (ROOT / "docs").glob("**/*.py"):
+        rel = script.relative_to(ROOT / "docs").with_suffix("")
+        assert not (built_site.site / rel / "index.html").exists(), f"{script} became a page"
+
+
+@pytest.mark.slow
+def test_figures_are_drawn_at_build_time(built_site):
+    for script in (ROOT / "docs").glob("**/figures/*.py"):
+        svg = built_site.site / script.relative_to(ROOT / "docs").with_suffix(".svg")
+        assert svg.is_file() and svg.read_text().lstrip().startswith("<?xml"), svg
