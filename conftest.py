@@ -5,6 +5,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
 
-from pages import page_sybil, source_sybil  # noqa: E402
+from pages import page_sybil, source_sybil
 
 pytest_collect_file = (page_sybil() + source_sybil()).pytest()

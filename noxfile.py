@@ -1,9 +1,9 @@
 """Sessions: tests(device) for cpu|mps|cuda, docs (strict build), serve, lint.
 
-    python3 -m pip install nox
-    nox -s tests                        # every device present; absent ones skip in one line
-    nox -s "tests(device='cuda')" -- --force-device   # absent device = failure, not skip
-    nox -s docs serve lint
+python3 -m pip install nox
+nox -s tests                        # every device present; absent ones skip in one line
+nox -s "tests(device='cuda')" -- --force-device   # absent device = failure, not skip
+nox -s docs serve lint
 """
 
 from __future__ import annotations
@@ -80,5 +80,6 @@ def serve(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
-    session.run("ruff", "check", "src", "tests", "snippets", "docs", "hooks", "noxfile.py",
-                "conftest.py")
+    session.run(
+        "ruff", "check", "src", "tests", "snippets", "docs", "hooks", "noxfile.py", "conftest.py"
+    )

@@ -17,7 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from mkdocs.structure.files import File  # noqa: E402
+from mkdocs.structure.files import File
 
 log = logging.getLogger("mkdocs.hooks.figures")
 

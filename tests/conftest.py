@@ -17,8 +17,22 @@ def mkdocs_build(site_dir: Path, config: Path = ROOT / "mkdocs.yml") -> subproce
     """`mkdocs build --strict` in a fresh interpreter, as CI and `nox -s docs` run it."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site_dir)],
-        cwd=config.parent, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(config),
+            "-d",
+            str(site_dir),
+        ],
+        cwd=config.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 

@@ -57,8 +57,10 @@ def _snippets_config() -> dict:
 
 def resolve_includes(text: str) -> str:
     """The page's Markdown after pymdownx.snippets has replaced every `--8<--` line."""
-    md = markdown.Markdown(extensions=["pymdownx.snippets"],
-                           extension_configs={"pymdownx.snippets": _snippets_config()})
+    md = markdown.Markdown(
+        extensions=["pymdownx.snippets"],
+        extension_configs={"pymdownx.snippets": _snippets_config()},
+    )
     lines = text.split("\n")
     for preprocessor in md.preprocessors:
         if preprocessor.__class__.__name__ == "SnippetPreprocessor":

@@ -21,8 +21,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 SCREENSHOTS = ROOT / "site-screenshots"
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -65,8 +73,11 @@ def page(browser, site_url):
     page.requests = []
     page.on("request", lambda request: page.requests.append(request.url))
     yield page
-    outside = [u for u in page.requests
-               if urlparse(u).scheme not in ("data", "blob") and urlparse(u).hostname != "127.0.0.1"]
+    outside = [
+        u
+        for u in page.requests
+        if urlparse(u).scheme not in ("data", "blob") and urlparse(u).hostname != "127.0.0.1"
+    ]
     context.close()
     assert outside == [], f"the site made requests outside 127.0.0.1: {outside}"
 
@@ -81,7 +92,9 @@ def test_home_map_topic_needs_and_search(page, site_url):
     page.screenshot(path=str(SCREENSHOTS / "home.png"), full_page=True)
 
     slug = written.first.get_attribute("data-slug")
-    title = page.locator(f'svg.stage-map g[data-slug="{slug}"] text').inner_text().replace("\n", " ")
+    title = (
+        page.locator(f'svg.stage-map g[data-slug="{slug}"] text').inner_text().replace("\n", " ")
+    )
     written.first.click()
     page.wait_for_load_state("networkidle")
     assert f"/{slug}/" in page.url
@@ -103,8 +116,11 @@ def test_home_map_topic_needs_and_search(page, site_url):
 
 def test_copy_button_copies_runnable_code(page, site_url, built_site):
     """A pycon block's copy button gives code without prompts or output."""
-    with_pycon = [p for p in sorted(built_site.site.glob("**/index.html"))
-                  if 'class="language-pycon' in p.read_text(encoding="utf-8")]
+    with_pycon = [
+        p
+        for p in sorted(built_site.site.glob("**/index.html"))
+        if 'class="language-pycon' in p.read_text(encoding="utf-8")
+    ]
     assert with_pycon, "no page has a pycon block to try the copy button on"
     url = site_url + with_pycon[0].parent.relative_to(built_site.site).as_posix() + "/"
     page.goto(url)

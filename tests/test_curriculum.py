@@ -50,7 +50,9 @@ def test_every_topic_page_belongs_to_the_graph():
 def boxes(html: str) -> tuple[str, str]:
     """The Needs and Unlocks admonitions of a built page, as HTML."""
     needs = re.search(r'<div class="admonition abstract">.*?</div>', html, re.S)
-    unlocks = re.search(r'<div class="admonition tip">\s*<p class="admonition-title">Unlocks.*?</div>', html, re.S)
+    unlocks = re.search(
+        r'<div class="admonition tip">\s*<p class="admonition-title">Unlocks.*?</div>', html, re.S
+    )
     assert needs and unlocks, "page lacks its Needs or Unlocks box"
     return needs.group(0), unlocks.group(0)
 
@@ -66,17 +68,21 @@ def test_needs_and_unlocks_boxes_match_the_data(built_site):
         topic = CURRICULUM.by_slug[slug]
         html_file = built_site.site / page.removesuffix(".md") / "index.html"
         html = html_file.read_text(encoding="utf-8")
-        assert f"<h1" in html and topic.title in html
+        assert "<h1" in html and topic.title in html
         needs, unlocks = boxes(html)
         want_needs = [s for s in topic.needs if s in PAGES]
         got = [(html_file.parent / h).resolve() for h in hrefs(needs)]
-        assert got == [(built_site.site / PAGES[s].removesuffix(".md")).resolve() for s in want_needs]
+        assert got == [
+            (built_site.site / PAGES[s].removesuffix(".md")).resolve() for s in want_needs
+        ]
         for s in topic.needs:
             assert CURRICULUM.by_slug[s].title in needs
         for t in CURRICULUM.unlocks(slug):
             assert t.title in unlocks
         for h in hrefs(needs) + hrefs(unlocks):
-            assert (html_file.parent / h / "index.html").resolve().is_file(), f"dead link {h} on {page}"
+            assert (html_file.parent / h / "index.html").resolve().is_file(), (
+                f"dead link {h} on {page}"
+            )
 
 
 @pytest.mark.slow
@@ -87,7 +93,9 @@ def test_stage_map_links_written_topics_and_greys_the_rest(built_site):
     assert sorted(s for _, s in topics) == sorted(t.slug for t in CURRICULUM.topics)
     for state, slug in topics:
         assert (state == "written") == (slug in PAGES)
-    links = re.findall(r'<a href="([^"]+)"><g class="stage-map-topic written" data-slug="([^"]+)"', svg)
+    links = re.findall(
+        r'<a href="([^"]+)"><g class="stage-map-topic written" data-slug="([^"]+)"', svg
+    )
     assert {s for _, s in links} == set(PAGES)
     for href, _ in links:
         assert (built_site.site / href / "index.html").is_file()
@@ -99,7 +107,7 @@ def test_stage_map_links_written_topics_and_greys_the_rest(built_site):
 @pytest.mark.slow
 def test_build_names_the_unwritten_topics(built_site):
     unwritten = [t.slug for t in CURRICULUM.topics if t.slug not in PAGES]
-    line = next(l for l in built_site.log.splitlines() if "curriculum:" in l)
+    line = next(line for line in built_site.log.splitlines() if "curriculum:" in line)
     assert f"{len(PAGES)} of 24 topics written" in line
     for slug in unwritten:
         assert slug in line
@@ -108,7 +116,7 @@ def test_build_names_the_unwritten_topics(built_site):
 @pytest.mark.slow
 def test_nav_is_ordered_by_stage(built_site):
     html = (built_site.site / "index.html").read_text(encoding="utf-8")
-    nav = html.split('md-nav--primary', 1)[1].split('md-sidebar--secondary', 1)[0]
+    nav = html.split("md-nav--primary", 1)[1].split("md-sidebar--secondary", 1)[0]
     stages = [int(s) for s in re.findall(r">\s*Stage (\d)\s*<", nav)]
     written_stages = sorted({CURRICULUM.by_slug[s].stage for s in PAGES})
     assert sorted(set(stages)) == written_stages

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pages import CODE_BLOCKS, ROOT, PageDocument, fences, page_sybil, pages, resolve_includes, skips
+from pages import (
+    CODE_BLOCKS,
+    ROOT,
+    PageDocument,
+    fences,
+    page_sybil,
+    pages,
+    resolve_includes,
+    skips,
+)
 from sybil.example import SybilFailure
 
 # Blocks that cannot run in CI (a Mac, a GPU, an outside server) are skipped with a
@@ -26,7 +35,7 @@ def test_every_python_fence_is_collected(page: Path):
     collected = len(CODE_BLOCKS.blocks(document))
     assert collected == seen, (
         f"{page.name}: {seen} Python fences, {collected} collected; write every Python "
-        "fence as ```python or ```pycon (attributes such as title=\"...\" may follow)"
+        'fence as ```python or ```pycon (attributes such as title="..." may follow)'
     )
 
 
@@ -39,11 +48,13 @@ def test_skips_have_visible_reasons_and_stay_few():
             if action == "end":
                 continue
             total += 1
-            assert reason, f"{page.name}: a skip without a reason; write <!-- skip: next \"why\" -->"
+            assert reason, f'{page.name}: a skip without a reason; write <!-- skip: next "why" -->'
             message = re.findall(r'"([^"]+)"|\'([^\']+)\'', reason)
             assert message, f"{page.name}: skip reason {reason!r} has no quoted message"
             shown = next(m for pair in message for m in pair if m)
-            assert shown in visible, f"{page.name}: skip reason {shown!r} is not visible on the page"
+            assert shown in visible, (
+                f"{page.name}: skip reason {shown!r} is not visible on the page"
+            )
     assert total <= MAX_SKIPPED_BLOCKS
 
 
@@ -56,18 +67,21 @@ def run_page(tmp_path: Path, body: str) -> list[Exception]:
     for example in document.examples():
         try:
             example.evaluate()
-        except (SybilFailure, Exception) as error:  # noqa: PERF203
+        except (SybilFailure, Exception) as error:
             failures.append(error)
     return failures
 
 
 def test_drift_a_wrong_output_fails(tmp_path):
-    failures = run_page(tmp_path, """\
+    failures = run_page(
+        tmp_path,
+        """\
         ```pycon
         >>> 6 * 7
         41
         ```
-        """)
+        """,
+    )
     assert len(failures) == 1 and "Expected:\n    41\nGot:\n    42" in str(failures[0])
 
 
@@ -77,7 +91,9 @@ def test_drift_in_included_code_fails(tmp_path):
     module = Path(tempfile.mkdtemp(dir=ROOT / "tests", prefix=".drift-")) / "module.py"
     try:
         module.write_text("# --8<-- [start:answer]\nANSWER = 41\n# --8<-- [end:answer]\n")
-        failures = run_page(tmp_path, f"""\
+        failures = run_page(
+            tmp_path,
+            f"""\
             ```python
             --8<-- "{module.relative_to(ROOT).as_posix()}:answer"
             ```
@@ -86,14 +102,18 @@ def test_drift_in_included_code_fails(tmp_path):
             >>> ANSWER
             42
             ```
-            """)
+            """,
+        )
     finally:
         shutil.rmtree(module.parent)
     assert len(failures) == 1 and "Got:\n    41" in str(failures[0])
 
 
 def test_blocks_share_one_namespace_in_page_order(tmp_path):
-    assert run_page(tmp_path, """\
+    assert (
+        run_page(
+            tmp_path,
+            """\
         ```python
         total = 40
         ```
@@ -106,7 +126,10 @@ def test_blocks_share_one_namespace_in_page_order(tmp_path):
         >>> total
         42
         ```
-        """) == []
+        """,
+        )
+        == []
+    )
 
 
 def test_a_py_fence_is_caught_as_uncollected(tmp_path):
@@ -125,4 +148,6 @@ def test_included_files_are_watched_by_mkdocs_serve():
         for target in include.findall(page.read_text(encoding="utf-8")):
             path = (ROOT / target).resolve()
             assert path.exists(), f"{page.name} includes {target}, which does not exist"
-            assert any(path.is_relative_to(w.resolve()) for w in watched), f"{target} is not watched"
+            assert any(path.is_relative_to(w.resolve()) for w in watched), (
+                f"{target} is not watched"
+            )

@@ -7,17 +7,29 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import ROOT, mkdocs_build
 
 
 def notebook(source: str) -> str:
-    return json.dumps({
-        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {},
-                   "outputs": [], "source": source}],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                    "language": "python"}},
-        "nbformat": 4, "nbformat_minor": 5,
-    })
+    return json.dumps(
+        {
+            "cells": [
+                {
+                    "cell_type": "code",
+                    "execution_count": None,
+                    "metadata": {},
+                    "outputs": [],
+                    "source": source,
+                }
+            ],
+            "metadata": {
+                "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+            },
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
+    )
 
 
 def site_with_notebook(tmp_path: Path, source: str) -> Path:

@@ -28,17 +28,29 @@ def transcript(script: Path) -> tuple[list[str], str]:
     assert path.is_file(), f"{script.name} has no transcript {path.name} beside it"
     command, _, expected = path.read_text(encoding="utf-8").partition("\n")
     argv = shlex.split(command.removeprefix("$ "))
-    assert argv[:2] == ["python", script.name], f"{path.name} must start with '$ python {script.name}'"
+    assert argv[:2] == ["python", script.name], (
+        f"{path.name} must start with '$ python {script.name}'"
+    )
     return argv[2:], expected
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.relative_to(SNIPPETS).as_posix())
 def test_snippet_prints_its_transcript(script: Path):
     args, expected = transcript(script)
-    env = {**os.environ, "LLMSERVE_DEVICE": os.environ.get("LLMSERVE_DEVICE", "cpu"),
-           "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg"}
-    result = subprocess.run([sys.executable, script.name, *args], cwd=script.parent, env=env,
-                            capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "LLMSERVE_DEVICE": os.environ.get("LLMSERVE_DEVICE", "cpu"),
+        "PYTHONHASHSEED": "0",
+        "MPLBACKEND": "Agg",
+    }
+    result = subprocess.run(
+        [sys.executable, script.name, *args],
+        cwd=script.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     checker = doctest.OutputChecker()
     assert checker.check_output(expected, result.stdout, doctest.ELLIPSIS), (
