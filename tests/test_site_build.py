@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import ROOT, mkdocs_build
+
+sys.path.insert(0, str(ROOT / "hooks"))
 
 
 def notebook(source: str) -> str:
@@ -72,3 +75,18 @@ def test_figures_are_drawn_at_build_time(built_site):
     for script in (ROOT / "docs").glob("**/figures/*.py"):
         svg = built_site.site / script.relative_to(ROOT / "docs").with_suffix(".svg")
         assert svg.is_file() and svg.read_text().lstrip().startswith("<?xml"), svg
+
+
+def test_math_becomes_mathml():
+    import mathml
+
+    html = '<p>Bytes <span class="arithmatex">\\(2 \\times L\\)</span></p>'
+    html += '<div class="arithmatex">\\[\\frac{a}{b}\\]</div>'
+    out = mathml.on_page_content(html, None, None, None)
+    assert "arithmatex" not in out and out.count("<math") == 2 and "<mfrac>" in out
+
+
+@pytest.mark.slow
+def test_no_page_is_left_with_unrendered_math(built_site):
+    for page in built_site.site.glob("**/index.html"):
+        assert 'class="arithmatex"' not in page.read_text(encoding="utf-8"), page
