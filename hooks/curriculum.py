@@ -150,10 +150,10 @@ def written_pages(curriculum: Curriculum, docs_dir: Path) -> dict[str, str]:
 
 # --- The stage map ------------------------------------------------------------------
 
-COL_WIDTH, COL_GAP = 190, 46
-BOX_HEIGHT, ROW_GAP = 64, 18
+COL_WIDTH, COL_GAP = 128, 24
+BOX_HEIGHT, ROW_GAP = 56, 14
 HEADER = 36
-LINE_CHARS = 24
+LINE_CHARS = 18
 
 
 def stage_map_svg(curriculum: Curriculum, hrefs: dict[str, str]) -> str:
@@ -197,9 +197,9 @@ def stage_map_svg(curriculum: Curriculum, hrefs: dict[str, str]) -> str:
     for t in curriculum.topics:
         x, y = position[t.slug]
         lines = textwrap.wrap(t.title, LINE_CHARS)
-        first = y + BOX_HEIGHT / 2 - (len(lines) - 1) * 8 + 5
+        first = y + BOX_HEIGHT / 2 - (len(lines) - 1) * 7 + 4
         text = "".join(
-            f'<tspan x="{x + COL_WIDTH / 2}" y="{first + i * 16}">{html.escape(line)}</tspan>'
+            f'<tspan x="{x + COL_WIDTH / 2}" y="{first + i * 14}">{html.escape(line)}</tspan>'
             for i, line in enumerate(lines)
         )
         state = "written" if t.slug in hrefs else "unwritten"

@@ -44,14 +44,23 @@ PYTHON_FENCE = re.compile(
 SKIP = re.compile(r"<!--+\s*skip:\s*(?P<action>\w+)(?P<reason>[^\n]*?)\s*--+>")
 
 
+class _ConfigLoader(yaml.SafeLoader):
+    """Reads mkdocs.yml, keeping MkDocs' own tags (`!relative`, `!ENV`) as plain text."""
+
+
+_ConfigLoader.add_multi_constructor("!", lambda loader, tag, node: f"{tag} {node.value}")
+
+
+def mkdocs_config() -> dict:
+    return yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_ConfigLoader)
+
+
 def _snippets_config() -> dict:
     """pymdownx.snippets options exactly as mkdocs.yml sets them, paths made absolute."""
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
-    for extension in config["markdown_extensions"]:
+    for extension in mkdocs_config()["markdown_extensions"]:
         if isinstance(extension, dict) and "pymdownx.snippets" in extension:
-            options = dict(extension["pymdownx.snippets"])
-            options["base_path"] = [str(ROOT / p) for p in options.get("base_path", ["."])]
-            return options
+            # mkdocs.yml says `base_path: !relative $config_dir`: the repository root.
+            return {**extension["pymdownx.snippets"], "base_path": [str(ROOT)]}
     raise LookupError("mkdocs.yml does not enable pymdownx.snippets")
 
 

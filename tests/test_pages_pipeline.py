@@ -9,12 +9,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 from pages import (
     CODE_BLOCKS,
     ROOT,
     PageDocument,
     fences,
+    mkdocs_config,
     page_sybil,
     pages,
     resolve_includes,
@@ -141,7 +141,7 @@ def test_a_py_fence_is_caught_as_uncollected(tmp_path):
 
 def test_included_files_are_watched_by_mkdocs_serve():
     """`mkdocs serve` rebuilds when anything a page includes changes."""
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    config = mkdocs_config()
     watched = [ROOT / w for w in config["watch"]] + [ROOT / "docs"]
     include = re.compile(r'--8<--\s+"([^":]+)')
     for page in pages():

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pages import mkdocs_config
 
 from conftest import ROOT, mkdocs_build
 
@@ -37,7 +38,7 @@ def notebook(source: str) -> str:
 
 def site_with_notebook(tmp_path: Path, source: str) -> Path:
     """A minimal site using our mkdocs-jupyter settings, with one notebook page."""
-    ours = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    ours = mkdocs_config()
     jupyter = next(p for p in ours["plugins"] if isinstance(p, dict) and "mkdocs-jupyter" in p)
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "index.md").write_text("# Home\n")

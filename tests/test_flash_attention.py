@@ -1,0 +1,169 @@
+"""The PyTorch FlashAttention reference against SDPA, and the HBM-traffic arithmetic."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.nn.attention.bias import causal_lower_right
+
+from llmserve_ref.device import get_device
+from llmserve_ref.flash_attention import (
+    TOLERANCE,
+    AttentionShape,
+    attention_flops,
+    causal_mask,
+    flash_attention,
+    merge_partials,
+    naive_attention,
+    naive_hbm_bytes,
+    sdpa_attention,
+    split_kv_attention,
+    tiled_hbm_bytes,
+)
+
+DEVICE = get_device()
+
+# (batch, q_heads, kv_heads, q_len, kv_len, head_dim, causal): length 1, ragged lengths,
+# GQA ratios 1/4/8, chunked prefill (q_len < kv_len), head dims 32/64/128.
+SHAPES = [
+    (1, 1, 1, 1, 1, 32, True),
+    (1, 2, 2, 1, 77, 64, True),
+    (2, 4, 1, 37, 37, 64, True),
+    (1, 8, 1, 50, 130, 32, True),
+    (1, 4, 4, 100, 100, 128, False),
+    (1, 8, 2, 64, 64, 128, True),
+    (2, 4, 1, 70, 200, 32, False),
+]
+DTYPES = [torch.float32, torch.float16]
+
+
+def make_qkv(shape, dtype, seed=0):
+    batch, q_heads, kv_heads, q_len, kv_len, head_dim, _ = shape
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, q_heads, q_len, head_dim, generator=gen)
+    k = torch.randn(batch, kv_heads, kv_len, head_dim, generator=gen)
+    v = torch.randn(batch, kv_heads, kv_len, head_dim, generator=gen)
+    return (t.to(DEVICE, dtype) for t in (q, k, v))
+
+
+def assert_close(actual, expected, dtype):
+    atol, rtol = TOLERANCE[dtype]
+    torch.testing.assert_close(actual.cpu().double(), expected, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("blocks", [(64, 64), (16, 32)], ids=["blocks64x64", "blocks16x32"])
+def test_flash_reference_matches_sdpa(shape, dtype, blocks):
+    q, k, v = make_qkv(shape, dtype)
+    out, lse = flash_attention(q, k, v, causal=shape[-1], block_m=blocks[0], block_n=blocks[1])
+    expected, expected_lse = sdpa_attention(q, k, v, causal=shape[-1])
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    assert_close(out, expected, dtype)
+    assert_close(lse, expected_lse, torch.float32)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_naive_matches_sdpa(shape):
+    q, k, v = make_qkv(shape, torch.float32, seed=1)
+    out, lse = naive_attention(q, k, v, causal=shape[-1])
+    expected, expected_lse = sdpa_attention(q, k, v, causal=shape[-1])
+    assert_close(out, expected, torch.float32)
+    assert_close(lse, expected_lse, torch.float32)
+
+
+def test_causal_mask_is_pytorch_lower_right():
+    """Our convention is PyTorch's `causal_lower_right`, not `is_causal=True` (top-left)."""
+    shape = (1, 2, 2, 5, 12, 32, True)
+    q, k, v = (t.cpu() for t in make_qkv(shape, torch.float32, seed=2))
+    lower_right = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=causal_lower_right(5, 12))
+    top_left = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    ours, _ = naive_attention(q, k, v, causal=True)
+    torch.testing.assert_close(ours, lower_right)
+    assert not torch.allclose(ours, top_left, atol=1e-3)
+    assert causal_mask(5, 12).sum().item() == sum(12 - 5 + i + 1 for i in range(5))
+
+
+def test_square_causal_agrees_with_is_causal():
+    shape = (1, 2, 2, 9, 9, 32, True)
+    q, k, v = (t.cpu() for t in make_qkv(shape, torch.float32, seed=3))
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(flash_attention(q, k, v, causal=True, block_m=4)[0], expected)
+
+
+@pytest.mark.parametrize("kv_len", [1, 63, 300])
+@pytest.mark.parametrize("num_splits", [1, 3, 8])
+def test_split_kv_reference_matches_sdpa(kv_len, num_splits):
+    q, k, v = make_qkv((2, 8, 2, 1, kv_len, 64, False), torch.float32, seed=kv_len)
+    out, lse = split_kv_attention(q, k, v, num_splits)
+    expected, expected_lse = sdpa_attention(q, k, v)
+    assert_close(out, expected, torch.float32)
+    assert_close(lse, expected_lse, torch.float32)
+
+
+@settings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(1, 39), max_size=5, unique=True))
+def test_merge_of_any_partition_is_exact(cuts):
+    """However the keys are cut into parts, merging by LSE gives attention over all of them."""
+    q, k, v = (t.cpu() for t in make_qkv((1, 2, 2, 3, 40, 32, False), torch.float32, seed=4))
+    bounds = [0, *sorted(cuts), 40]
+    parts = [naive_attention(q, k[..., a:b, :], v[..., a:b, :]) for a, b in pairwise(bounds)]
+    out, lse = merge_partials([o for o, _ in parts], [s for _, s in parts])
+    expected, expected_lse = sdpa_attention(q, k, v)
+    assert_close(out, expected, torch.float32)
+    assert_close(lse, expected_lse, torch.float32)
+
+
+@pytest.mark.parametrize(
+    ("q_shape", "kv_shape", "causal", "message"),
+    [
+        ((1, 2, 4, 16), (1, 4, 4, 16), False, "2 query heads is not a multiple of 4 KV heads"),
+        ((1, 2, 5, 16), (1, 1, 4, 16), True, "pass at least as many keys as queries"),
+        ((1, 2, 4, 16), (1, 1, 4, 32), False, "must agree on batch"),
+        ((2, 4, 16), (1, 1, 4, 16), False, "must be 4-D"),
+        ((1, 2, 0, 16), (1, 1, 4, 16), False, "empty sequence"),
+    ],
+)
+def test_bad_arguments_say_what_to_do(q_shape, kv_shape, causal, message):
+    q, kv = torch.zeros(q_shape), torch.zeros(kv_shape)
+    with pytest.raises(ValueError, match=message):
+        flash_attention(q, kv, kv, causal=causal)
+
+
+def test_naive_bytes_count_four_passes_over_the_scores():
+    shape = AttentionShape(batch=1, q_heads=1, kv_heads=1, q_len=4, kv_len=4, head_dim=2,
+                           dtype_bytes=2, causal=False)
+    # Q, K, V read and O written: 4 * 4 * 2 elements; S written, read, P written, read: 4 * 16.
+    assert naive_hbm_bytes(shape) == (4 * 4 * 2 + 4 * 16) * 2
+    causal = AttentionShape(**{**shape.__dict__, "causal": True})
+    assert naive_hbm_bytes(causal) == naive_hbm_bytes(shape)  # masked after QKᵀ
+
+
+def test_tiled_bytes():
+    shape = AttentionShape(batch=2, q_heads=8, kv_heads=2, q_len=1024, kv_len=1024,
+                           head_dim=64, causal=False)
+    once = 4 * 1024 * 64 * 2 + 4 * 1024  # Q, K, V, O once, LSE in float32
+    assert tiled_hbm_bytes(shape, block_m=1024) == once * 16
+    # Eight query tiles of 128 each read all of K and V.
+    assert tiled_hbm_bytes(shape, block_m=128) == (once + 7 * 2 * 1024 * 64 * 2) * 16
+    causal = AttentionShape(**{**shape.__dict__, "causal": True})
+    # Causal tile i reads (i + 1) * 128 keys: 36 tiles' worth instead of 64.
+    kv_rows = sum((i + 1) * 128 for i in range(8))
+    assert tiled_hbm_bytes(causal, block_m=128) == (
+        (2 * 1024 + 2 * kv_rows) * 64 * 2 + 4 * 1024) * 16
+    assert tiled_hbm_bytes(causal) < tiled_hbm_bytes(shape) < naive_hbm_bytes(shape)
+
+
+def test_flops_count_visible_pairs():
+    square = AttentionShape(1, 1, 1, 100, 100, 64, causal=True)
+    assert attention_flops(square) == 4 * (100 * 101 // 2) * 64
+    chunk = AttentionShape(1, 1, 1, 10, 100, 64, causal=True)  # rows see 91 ... 100 keys
+    assert attention_flops(chunk) == 4 * sum(range(91, 101)) * 64
+    full = AttentionShape(2, 4, 1, 10, 100, 64, causal=False)
+    assert attention_flops(full) == 4 * 10 * 100 * 64 * 8
+

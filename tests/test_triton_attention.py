@@ -1,0 +1,170 @@
+"""The Triton kernels against SDPA: compiled on CUDA, in Triton's interpreter on the CPU.
+
+On the CPU these need `TRITON_INTERPRET=1` in the environment before Python starts (the
+nox cpu session sets it); without it, and on mps, the kernel tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from test_flash_attention import SHAPES, assert_close, make_qkv
+
+from llmserve_ref import triton_attention
+from llmserve_ref.device import get_device
+from llmserve_ref.flash_attention import sdpa_attention
+from llmserve_ref.triton_attention import flash_attention_forward, flash_decode, plan_splits
+
+DEVICE = get_device()
+CANNOT_RUN = triton_attention.why_triton_cannot_run(DEVICE)
+needs_triton = pytest.mark.skipif(CANNOT_RUN is not None, reason=f"Triton kernels: {CANNOT_RUN}")
+# bfloat16 is checked where it is computed for real: compiled on CUDA.
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.type == "cuda" else [])
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_forward_matches_sdpa(shape, dtype):
+    q, k, v = make_qkv(shape, dtype)
+    out, lse = flash_attention_forward(q, k, v, causal=shape[-1])
+    expected, expected_lse = sdpa_attention(q, k, v, causal=shape[-1])
+    assert out.dtype == dtype and out.shape == q.shape and lse.dtype == torch.float32
+    assert_close(out, expected, dtype)
+    assert_close(lse, expected_lse, torch.float32)
+
+
+@needs_triton
+@pytest.mark.parametrize("causal", [True, False])
+def test_forward_small_tiles_strided_inputs(causal):
+    """Many 16-row tiles, a causal chunk of 45 queries after 100 cached keys, and K/V in the
+    (batch, seq, heads, dim) layout models produce, seen through a transpose."""
+    q, k, v = make_qkv((2, 8, 2, 45, 145, 32, causal), torch.float32, seed=5)
+    k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k, v))
+    assert not k.is_contiguous()
+    out, lse = flash_attention_forward(q, k, v, causal=causal, block_m=16, block_n=16)
+    expected, expected_lse = sdpa_attention(q, k, v, causal=causal)
+    assert_close(out, expected, torch.float32)
+    assert_close(lse, expected_lse, torch.float32)
+
+
+@needs_triton
+@pytest.mark.parametrize("kv_len", [1, 65, 300])
+@pytest.mark.parametrize("num_splits", [1, 3, 8])
+def test_decode_matches_sdpa(kv_len, num_splits):
+    q, k, v = make_qkv((2, 8, 2, 1, kv_len, 64, False), torch.float32, seed=kv_len)
+    out, lse = flash_decode(q, k, v, num_splits=num_splits)
+    expected, expected_lse = sdpa_attention(q, k, v)
+    assert out.shape == q.shape and lse.shape == (2, 8, 1)
+    assert_close(out, expected, torch.float32)
+    assert_close(lse, expected_lse, torch.float32)
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_decode_dtypes_and_default_splits(dtype):
+    """Head dim 128, GQA 4, a cache long enough for the default plan to split it."""
+    q, k, v = make_qkv((1, 4, 1, 1, 1100, 128, False), dtype, seed=6)
+    out, lse = flash_decode(q, k, v)
+    expected, expected_lse = sdpa_attention(q, k, v)
+    assert_close(out, expected, dtype)
+    assert_close(lse, expected_lse, torch.float32)
+    # The same query through the forward kernel (one query tile, no split) agrees too.
+    forward, _ = flash_attention_forward(q, k, v)
+    assert_close(out, forward.cpu().double(), dtype)
+
+
+@needs_triton
+@pytest.mark.skipif(not triton_attention.interpreted(), reason="bf16 is refused only when "
+                    "interpreted; on CUDA it is tested in test_forward_matches_sdpa")
+def test_bf16_is_refused_under_the_interpreter():
+    q, k, v = make_qkv((1, 1, 1, 4, 4, 32, False), torch.bfloat16)
+    for kernel in (flash_attention_forward, flash_decode):
+        with pytest.raises(ValueError, match=r"bfloat16 is refused under the Triton interpreter "
+                           r"\(TRITON_INTERPRET=1\).*float16 or float32 on the CPU"):
+            kernel(q[..., :1, :], k, v)
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda q, k: flash_attention_forward(q[..., :48], k[..., :48], k[..., :48]),
+         r"head_dim=48 is not supported; the kernels take .* \(pad the head dim"),
+        (lambda q, k: flash_attention_forward(q, k.half(), k.half()),
+         "must share one dtype"),
+        (lambda q, k: flash_attention_forward(q, k[..., :2, :], k[..., :2, :], causal=True),
+         "pass at least as many keys as queries"),
+        (lambda q, k: flash_attention_forward(q, k, k, block_m=24),
+         "block_m=24 must be a power of two >= 16"),
+        (lambda q, k: flash_decode(q, k, k), "one query per sequence"),
+        (lambda q, k: flash_decode(q[..., :1, :], k, k, num_splits=0),
+         "split the cache into at least 1 partition"),
+        (lambda q, k: flash_attention_forward(q.to(torch.int32), k.to(torch.int32),
+                                              k.to(torch.int32)), "float32, float16, bfloat16"),
+    ],
+    ids=["hd48", "mixed-dtypes", "causal-short-kv", "block", "decode-q_len",
+         "splits", "int"],
+)
+def test_bad_arguments_say_what_to_do(call, message):
+    q = torch.randn(1, 4, 3, 64, device=DEVICE)
+    k = torch.randn(1, 2, 8, 64, device=DEVICE)
+    with pytest.raises(ValueError, match=message):
+        call(q, k)
+
+
+def test_imports_without_triton_and_says_what_to_use():
+    """On macOS there is no Triton: the module imports, and the kernels point elsewhere."""
+    script = (
+        "import sys; sys.modules['triton'] = None\n"  # `import triton` now raises ImportError
+        "import torch\n"
+        "from llmserve_ref import triton_attention as ta\n"
+        "assert not ta.TRITON_AVAILABLE\n"
+        "x = torch.zeros(1, 1, 1, 32)\n"
+        "try:\n"
+        "    ta.flash_attention_forward(x, x, x)\n"
+        "except RuntimeError as error:\n"
+        "    print(error)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Triton is not installed" in result.stdout
+    assert "llmserve_ref.flash_attention, the PyTorch reference" in result.stdout
+
+
+def test_cpu_without_interpreter_says_to_set_it():
+    """Without TRITON_INTERPRET=1 the CPU path explains itself (checked in a fresh process,
+    since the suite itself runs interpreted)."""
+    if not triton_attention.TRITON_AVAILABLE:
+        pytest.skip("Triton is not installed here (it has Linux wheels only)")
+    script = (
+        "import torch\n"
+        "from llmserve_ref import triton_attention as ta\n"
+        "x = torch.zeros(1, 1, 4, 32)\n"
+        "try:\n"
+        "    ta.flash_attention_forward(x, x, x)\n"
+        "except RuntimeError as error:\n"
+        "    print(error)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "set TRITON_INTERPRET=1" in result.stdout
+
+
+@given(kv_len=st.integers(1, 100_000), asked=st.integers(1, 64),
+       block_n=st.sampled_from([16, 32, 64, 128]))
+def test_split_plan_covers_the_cache_without_empty_partitions(kv_len, asked, block_n):
+    split_len, splits = plan_splits(kv_len, asked, block_n)
+    assert split_len % block_n == 0
+    assert 1 <= splits <= asked
+    assert (splits - 1) * split_len < kv_len <= splits * split_len
