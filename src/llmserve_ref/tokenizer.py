@@ -1,0 +1,121 @@
+"""Byte-level BPE: how text becomes the integer token ids a model reads.
+
+Byte-level BPE (GPT-2's scheme, used by Llama 3 and most models since) starts
+from the 256 possible bytes, so any string can be encoded, and learns merges of
+frequent byte pairs until the vocabulary reaches its target size. Frequent
+words become one token; rare characters stay as several byte tokens, which is
+why a multi-byte UTF-8 character such as ``🙂`` can end up split across tokens
+and why a streaming decoder must not print half a character.
+
+We train it with Hugging Face `tokenizers` on our own corpus and save a
+``tokenizer.json`` that ``transformers.PreTrainedTokenizerFast`` (and so
+``AutoTokenizer``) loads unchanged. Special tokens come first in the vocabulary:
+``<|bos|>`` starts every document, ``<|eos|>`` ends it, and ``<|user|>`` /
+``<|assistant|>`` mark the turns of a chat.
+
+>>> tok = Tokenizer.train(["the cat sat on the mat. " * 20], vocab_size=300)
+>>> ids = tok.encode("the cat")
+>>> tok.decode(ids)
+'the cat'
+>>> tok.decode([tok.bos_id]), tok.eos_id
+('<|bos|>', 1)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+
+BOS, EOS, USER, ASSISTANT = "<|bos|>", "<|eos|>", "<|user|>", "<|assistant|>"
+SPECIAL_TOKENS = [BOS, EOS, USER, ASSISTANT]
+
+# A chat template in the Jinja dialect `transformers` uses, so that
+# `tokenizer.apply_chat_template(messages)` writes what the models were trained on.
+CHAT_TEMPLATE = (
+    "{{ '<|bos|>' }}{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{{ '<|user|>' + message['content'] }}"
+    "{% elif message['role'] == 'assistant' %}"
+    "{{ '<|assistant|>' + message['content'] + '<|eos|>' }}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+
+# --8<-- [start:tokenizer]
+class Tokenizer:
+    """A thin wrapper over a Hugging Face `tokenizers.Tokenizer`: text in, ids out, and back."""
+
+    def __init__(self, backend: HFTokenizer) -> None:
+        self.backend = backend
+        self.bos_id: int = backend.token_to_id(BOS)
+        self.eos_id: int = backend.token_to_id(EOS)
+        self.user_id: int = backend.token_to_id(USER)
+        self.assistant_id: int = backend.token_to_id(ASSISTANT)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int = 1024) -> Tokenizer:
+        """Learn byte-level BPE merges from `texts` until there are `vocab_size` tokens."""
+        backend = HFTokenizer(models.BPE())
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        backend.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=SPECIAL_TOKENS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        backend.train_from_iterator(texts, trainer)
+        # `add_special_tokens=True` (the `transformers` default) puts <|bos|> in front,
+        # as every training document starts.
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{BOS} $A", special_tokens=[(BOS, backend.token_to_id(BOS))]
+        )
+        return cls(backend)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Tokenizer:
+        """Load a ``tokenizer.json`` file, or the one inside the directory `path`."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        return cls(HFTokenizer.from_file(str(path)))
+
+    @property
+    def vocab_size(self) -> int:
+        """How many distinct token ids there are (special tokens included)."""
+        return self.backend.get_vocab_size()
+
+    def encode(self, text: str, add_bos: bool = False) -> list[int]:
+        """The token ids of `text`; special-token strings such as ``<|user|>`` map to their ids."""
+        ids = self.backend.encode(text, add_special_tokens=False).ids
+        return [self.bos_id, *ids] if add_bos else ids
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        """The text of `ids`. Bytes that do not yet form a whole character become ``�``."""
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write ``tokenizer.json`` plus the two small files `AutoTokenizer` reads."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(directory / "tokenizer.json"))
+        special = {"bos_token": BOS, "eos_token": EOS, "pad_token": EOS}
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            **special,
+            "additional_special_tokens": [USER, ASSISTANT],
+            "model_max_length": 1_000_000,
+            "clean_up_tokenization_spaces": False,
+            "chat_template": CHAT_TEMPLATE,
+        }
+        (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+        (directory / "special_tokens_map.json").write_text(
+            json.dumps({**special, "additional_special_tokens": [USER, ASSISTANT]}, indent=2) + "\n"
+        )
+
+
+# --8<-- [end:tokenizer]

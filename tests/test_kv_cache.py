@@ -1,0 +1,126 @@
+"""The KV cache and the one forward path: cached, chunked and batched runs agree."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from llmserve_ref.device import get_device
+from llmserve_ref.kv_cache import KVCache
+from llmserve_ref.model import Llama, ModelConfig, grouped_attention
+
+DEVICE = get_device()
+ATOL = 1e-5  # fp32; the cached and uncached paths sum in different orders
+
+
+def small_model(num_kv_heads: int = 2, seed: int = 0) -> Llama:
+    torch.manual_seed(seed)
+    config = ModelConfig(
+        vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=num_kv_heads, max_position_embeddings=64,
+    )
+    return Llama(config).to(DEVICE).eval()
+
+
+def tokens(batch: int, length: int, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 64, (batch, length), generator=g).to(DEVICE)
+
+
+@torch.no_grad()
+def test_decode_with_cache_equals_full_forward():
+    model, ids = small_model(), tokens(1, 20)
+    full = model(ids)
+    cache = model.make_cache(1, 20)
+    steps = [model(ids[:, :8], cache)]  # prefill 8 tokens, then decode 12 one by one
+    steps += [model(ids[:, t : t + 1], cache) for t in range(8, 20)]
+    assert cache.length == 20
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=ATOL, rtol=0)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("chunks", [(20,), (5, 15), (7, 7, 6), (1,) * 20])
+def test_prefill_in_chunks_equals_prefill_at_once(chunks):
+    model, ids = small_model(), tokens(1, 20)
+    full = model(ids)
+    cache, outs, start = model.make_cache(1, 20), [], 0
+    for n in chunks:
+        outs.append(model(ids[:, start : start + n], cache))
+        start += n
+    torch.testing.assert_close(torch.cat(outs, dim=1), full, atol=ATOL, rtol=0)
+
+
+@torch.no_grad()
+def test_batch_rows_match_single_sequences():
+    model, ids = small_model(), tokens(3, 12)
+    cache = model.make_cache(3, 13)
+    batched = torch.cat([model(ids, cache), model(ids[:, :1], cache)], dim=1)
+    for row in range(3):
+        single = model(torch.cat([ids[row : row + 1], ids[row : row + 1, :1]], dim=1))
+        torch.testing.assert_close(batched[row : row + 1], single, atol=ATOL, rtol=0)
+
+
+def reference_attention(q, k, v, start):
+    """The textbook formulation: copy each K/V head for its group, then SDPA with a mask."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    T, S = q.shape[2], k.shape[2]
+    mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(diagonal=start)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 4, 8])
+@pytest.mark.parametrize(("T", "S"), [(6, 6), (1, 9), (3, 10)])
+def test_grouped_attention_matches_repeated_kv_sdpa(num_kv_heads, T, S):
+    g = torch.Generator().manual_seed(num_kv_heads)
+    q = torch.randn(2, 8, T, 16, generator=g).to(DEVICE)
+    k = torch.randn(2, num_kv_heads, S, 16, generator=g).to(DEVICE)
+    v = torch.randn(2, num_kv_heads, S, 16, generator=g).to(DEVICE)
+    positions = torch.arange(S - T, S, device=DEVICE)  # the last T of S positions
+    torch.testing.assert_close(
+        grouped_attention(q, k, v, positions),
+        reference_attention(q, k, v, start=S - T),
+        atol=ATOL, rtol=1e-5,
+    )
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 4, 8])
+def test_any_number_of_kv_heads_runs_with_a_cache(num_kv_heads):
+    model, ids = small_model(num_kv_heads), tokens(2, 10)
+    cache = model.make_cache(2, 10)
+    out = torch.cat([model(ids[:, :6], cache), model(ids[:, 6:], cache)], dim=1)
+    assert cache.keys[0].shape == (2, num_kv_heads, 10, 8)
+    torch.testing.assert_close(out, model(ids), atol=ATOL, rtol=0)
+
+
+@torch.no_grad()
+def test_truncate_rolls_back_to_an_earlier_state():
+    model, ids = small_model(), tokens(1, 12)
+    cache = model.make_cache(1, 12)
+    model(ids[:, :8], cache)
+    model(tokens(1, 4, seed=99), cache)  # four tokens we then reject
+    cache.truncate(8)
+    rolled_back = model(ids[:, 8:], cache)
+    torch.testing.assert_close(rolled_back, model(ids)[:, 8:], atol=ATOL, rtol=0)
+
+
+def test_cache_size_is_the_kv_formula():
+    cache = small_model().make_cache(batch_size=3, max_len=40)
+    # 2 (K and V) × layers × batch × kv_heads × max_len × head_dim × 4 bytes (fp32)
+    assert cache.nbytes == 2 * 2 * 3 * 2 * 40 * 8 * 4
+
+
+def test_cache_errors_are_explicit():
+    cache = KVCache(num_layers=1, batch_size=1, num_kv_heads=1, max_len=4, head_dim=2)
+    with pytest.raises(ValueError, match="KV cache overflow: 5 positions needed but max_len is 4"):
+        cache.update(0, torch.zeros(1, 1, 5, 2), torch.zeros(1, 1, 5, 2))
+    with pytest.raises(ValueError, match="cannot truncate to 1: the cache holds 0 positions"):
+        cache.truncate(1)
+
+
+def test_model_errors_are_explicit():
+    with pytest.raises(ValueError, match="must be a multiple of num_key_value_heads"):
+        ModelConfig(num_attention_heads=8, num_key_value_heads=3)
+    model = small_model()
+    with pytest.raises(ValueError, match="max_position_embeddings is 64"):
+        model(tokens(1, 65))

@@ -1,0 +1,192 @@
+"""The samplers: the right tokens survive, edge cases are defined, seeds reproduce."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmserve_ref.sampling import (
+    SamplingParams,
+    frequency_presence_penalty,
+    greedy,
+    min_p,
+    process_logits,
+    repetition_penalty,
+    sample,
+    temperature,
+    top_k,
+    top_p,
+)
+
+# Probabilities 0.5, 0.3, 0.15, 0.05 as logits, shuffled so order is not index order.
+PROBS = torch.tensor([0.15, 0.5, 0.05, 0.3])
+LOGITS = PROBS.log()
+
+
+def kept(logits: torch.Tensor) -> set[int]:
+    return set(torch.nonzero(logits > float("-inf")).flatten().tolist())
+
+
+def test_greedy_picks_argmax_and_lowest_id_on_ties():
+    assert int(greedy(LOGITS)) == 1
+    assert int(greedy(torch.zeros(5))) == 0
+    assert greedy(torch.tensor([[0.0, 1.0], [3.0, 2.0]])).tolist() == [1, 0]
+
+
+def test_temperature_scales_logits():
+    assert torch.equal(temperature(LOGITS, 2.0), LOGITS / 2)
+    assert torch.equal(temperature(LOGITS, 1.0), LOGITS)
+
+
+def test_temperature_zero_is_greedy():
+    assert kept(temperature(LOGITS, 0)) == {1}
+    assert kept(temperature(torch.zeros(4), 0)) == {0}
+    probs = process_logits(LOGITS, SamplingParams(temperature=0)).softmax(-1)
+    assert all(int(sample(probs, torch.Generator().manual_seed(s))) == 1 for s in range(20))
+
+
+@pytest.mark.parametrize(("k", "expected"), [(1, {1}), (2, {1, 3}), (3, {0, 1, 3})])
+def test_top_k_keeps_the_k_largest(k, expected):
+    out = top_k(LOGITS, k)
+    assert kept(out) == expected
+    assert torch.equal(out[list(expected)], LOGITS[list(expected)])
+
+
+@pytest.mark.parametrize("k", [4, 5, 1000])
+def test_top_k_at_or_beyond_vocab_is_identity(k):
+    assert torch.equal(top_k(LOGITS, k), LOGITS)
+
+
+@pytest.mark.parametrize(("p", "expected"), [(0.4, {1}), (0.75, {1, 3}), (0.85, {0, 1, 3})])
+def test_top_p_keeps_the_nucleus(p, expected):
+    assert kept(top_p(LOGITS, p)) == expected
+
+
+def test_top_p_one_is_identity():
+    tiny_tail = torch.tensor([30.0, 0.0, -10.0, -20.0])  # cumulative mass hits 1.0 early
+    assert torch.equal(top_p(tiny_tail, 1.0), tiny_tail)
+    assert torch.equal(top_p(LOGITS, 1.0), LOGITS)
+
+
+@pytest.mark.parametrize(("p", "expected"), [(0.0, {0, 1, 2, 3}), (0.5, {1, 3}), (1.0, {1})])
+def test_min_p_keeps_tokens_near_the_top(p, expected):
+    # Threshold p × 0.5: 0.25 keeps 0.5 and 0.3; 1.0 keeps only the top.
+    assert kept(min_p(LOGITS, p)) == expected
+
+
+def test_all_equal_logits():
+    flat = torch.zeros(4)
+    assert kept(top_k(flat, 1)) == {0, 1, 2, 3}  # all tie with the k-th, all kept
+    assert kept(min_p(flat, 1.0)) == {0, 1, 2, 3}
+    assert kept(top_p(flat, 0.5)) == {0, 1}  # ties broken by lower id
+    assert kept(temperature(flat, 0)) == {0}
+    probs = process_logits(flat, SamplingParams()).softmax(-1)
+    assert torch.allclose(probs, torch.full((4,), 0.25))
+
+
+def test_batched_logits_are_processed_row_by_row():
+    batch = torch.stack([LOGITS, LOGITS.flip(0), torch.zeros(4)])
+    params = SamplingParams(temperature=0.7, top_k=3, top_p=0.8, min_p=0.1)
+    together = process_logits(batch, params)
+    for row in range(3):
+        assert torch.equal(together[row], process_logits(batch[row], params))
+
+
+def test_repetition_penalty_ctrl_convention():
+    logits = torch.tensor([2.0, -2.0, 1.0])
+    out = repetition_penalty(logits, torch.tensor([0, 1, 1]), 2.0)
+    assert out.tolist() == [1.0, -4.0, 1.0]  # positive divided, negative multiplied, once
+    assert torch.equal(repetition_penalty(logits, torch.tensor([], dtype=torch.long), 2.0), logits)
+    assert logits.tolist() == [2.0, -2.0, 1.0]  # input untouched
+
+
+def test_frequency_and_presence_penalties_openai_convention():
+    out = frequency_presence_penalty(torch.zeros(3), torch.tensor([1, 1, 2]), 0.5, 0.25)
+    assert out.tolist() == [0.0, -1.25, -0.75]
+
+
+def test_process_logits_penalises_prompt_only_for_repetition_penalty():
+    logits = torch.ones(4)
+    prompt, output = torch.tensor([0]), torch.tensor([1])
+    params = SamplingParams(repetition_penalty=2.0, presence_penalty=1.0)
+    assert process_logits(logits, params, prompt, output).tolist() == [0.5, -0.5, 1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"temperature": -0.1}, "temperature must be >= 0"),
+        ({"top_k": 0}, "top_k must be an integer >= 1"),
+        ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
+        ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
+        ({"min_p": -0.1}, r"min_p must be in \[0, 1\]"),
+        ({"min_p": 1.1}, r"min_p must be in \[0, 1\]"),
+        ({"repetition_penalty": 0.0}, "repetition_penalty must be > 0"),
+        ({"frequency_penalty": 2.5}, "frequency_penalty must be between -2.0 and 2.0"),
+        ({"presence_penalty": -3.0}, "presence_penalty must be between -2.0 and 2.0"),
+    ],
+)
+def test_invalid_params_say_what_is_allowed(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: temperature(LOGITS, -1.0), "temperature"),
+        (lambda: top_k(LOGITS, 0), "top_k"),
+        (lambda: top_p(LOGITS, 0.0), "top_p"),
+        (lambda: min_p(LOGITS, 2.0), "min_p"),
+        (lambda: repetition_penalty(LOGITS, torch.tensor([0]), -1.0), "repetition_penalty"),
+    ],
+)
+def test_sampler_functions_validate_too(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_seeded_sampling_reproduces_exactly():
+    probs = torch.full((50,), 1 / 50)
+    draws = [
+        [int(sample(probs, g)) for _ in range(30)]
+        for g in (torch.Generator().manual_seed(7), torch.Generator().manual_seed(7))
+    ]
+    other = [int(sample(probs, torch.Generator().manual_seed(8))) for _ in range(30)]
+    assert draws[0] == draws[1]
+    assert draws[0] != other
+
+
+def test_sample_follows_the_distribution_and_never_picks_masked_tokens():
+    probs = process_logits(LOGITS, SamplingParams(top_k=3)).softmax(-1)
+    g = torch.Generator().manual_seed(0)
+    draws = sample(probs.expand(20_000, 4), g)
+    freq = torch.bincount(draws, minlength=4).float() / len(draws)
+    assert freq[2] == 0  # masked by top-k
+    assert torch.allclose(freq, probs, atol=0.015)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.floats(-20, 20), min_size=1, max_size=30),
+    k=st.integers(1, 40),
+    p=st.floats(0.01, 1.0),
+    m=st.floats(0.0, 1.0),
+)
+def test_truncation_keeps_the_argmax_and_leaves_kept_logits_unchanged(values, k, p, m):
+    logits = torch.tensor(values)
+    for out in (top_k(logits, k), top_p(logits, p), min_p(logits, m)):
+        keep = out > float("-inf")
+        assert keep[int(greedy(logits))]
+        assert torch.equal(out[keep], logits[keep])
+    assert len(kept(top_k(logits, k))) >= min(k, len(values))
+    probs = logits.softmax(-1)
+    assert probs[list(kept(top_p(logits, p)))].sum() >= p - 1e-5
+
+
+def test_sampling_params_defaults_leave_logits_alone():
+    assert torch.equal(process_logits(LOGITS, SamplingParams()), LOGITS)
+    assert math.isclose(float(process_logits(LOGITS, SamplingParams()).softmax(-1)[1]), 0.5,
+                        rel_tol=1e-6)
