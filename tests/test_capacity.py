@@ -1,0 +1,87 @@
+"""Capacity planning: the sustainable rate is a real threshold; the plan's arithmetic adds up."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from llmserve_ref.capacity import Load, instance_pool, kv_cache_tokens, lengths, plan
+from llmserve_ref.capacity import sustainable_rate as find_rate
+from llmserve_ref.hardware import gpu
+from llmserve_ref.model_catalog import model
+from llmserve_ref.scheduler import SchedulerConfig
+from llmserve_ref.simulator import SLO, Pool, simulate
+from llmserve_ref.workload import Fixed
+
+LLAMA, H100 = model("Llama-3.1-8B"), gpu("H100-SXM")
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    fixed: float = 0.010
+    per_token: float = 1e-4
+
+    def step_time(self, num_tokens: int, kv_tokens_read: int, attention_pairs: int) -> float:
+        return self.fixed + self.per_token * num_tokens
+
+
+def test_the_kv_cache_is_what_the_weights_leave():
+    tokens = kv_cache_tokens(LLAMA, H100)
+    assert tokens == 467_291  # the figure the KV cache size math page prints
+    pool = instance_pool(LLAMA, H100, block_size=16)
+    assert pool.config.num_blocks == tokens // 16
+    assert kv_cache_tokens(LLAMA, H100, kv_dtype="fp8") == 2 * tokens + 1
+
+
+def test_a_model_that_does_not_fit_is_refused():
+    with pytest.raises(ValueError, match="leaves no room for a KV cache"):
+        kv_cache_tokens(model("Llama-3.1-70B"), H100)
+
+
+def test_the_sustainable_rate_is_where_attainment_crosses_the_target():
+    pool = Pool(SchedulerConfig(token_budget=256, max_num_seqs=16, num_blocks=4096),
+                LinearCost())
+    load = Load(1.0, Fixed(100), Fixed(20))
+    slo = SLO(ttft=0.2, tpot=0.015)
+    rate = find_rate(pool, load, slo, num_requests=200)
+    assert rate > 0
+    below = simulate(load.workload(rate, 200), pool).attainment(slo)
+    above = simulate(load.workload(rate * 1.1, 200), pool).attainment(slo)
+    assert below >= 0.9 > above
+
+
+def test_an_unreachable_target_sustains_nothing():
+    pool = Pool(SchedulerConfig(token_budget=256, max_num_seqs=16, num_blocks=4096),
+                LinearCost())
+    assert find_rate(pool, Load(1.0, Fixed(100), Fixed(20)), SLO(0.001, 0.001)) == 0.0
+
+
+def test_a_plan_for_an_8b_model_adds_up():
+    load = Load(50, lengths(1000, 0.0), lengths(200, 0.0))
+    slo = SLO(ttft=0.5, tpot=0.05)
+    p = plan(LLAMA, H100, load, slo, gpu_hour_price=2.0, api_price_per_million=(0.1, 0.5))
+    assert p.gpus_for_throughput == math.ceil(50 / p.sustainable_rate_per_gpu)
+    assert p.gpus == max(p.gpus_for_throughput, p.gpus_for_memory)
+    assert p.dollars_per_hour == pytest.approx(2.0 * p.gpus)
+    output_tokens_per_hour = 50 * 200 * 3600
+    assert p.cost_per_million_output_tokens == pytest.approx(
+        p.dollars_per_hour / output_tokens_per_hour * 1e6)
+    api_per_request = (1000 * 0.1 + 200 * 0.5) / 1e6
+    assert p.api_dollars_per_hour == pytest.approx(50 * 3600 * api_per_request)
+    assert p.breakeven_rate == pytest.approx(2.0 / 3600 / api_per_request)
+    # a 20x load needs more GPUs, never fewer
+    p20 = plan(LLAMA, H100, Load(1000, load.prompt_len, load.output_len), slo,
+               gpu_hour_price=2.0, api_price_per_million=(0.1, 0.5))
+    assert p20.gpus_for_throughput >= 20 * p.gpus_for_throughput - 20
+    assert p20.gpus_for_memory >= p.gpus_for_memory
+
+
+def test_the_memory_count_binds_for_long_prompts():
+    # 32k-token prompts at 50/s: even unqueued, the requests in flight outgrow one GPU's cache.
+    load = Load(50.0, Fixed(32_000), Fixed(10))
+    p = plan(LLAMA, H100, load, SLO(ttft=30.0, tpot=1.0), gpu_hour_price=1.0,
+             api_price_per_million=(1.0, 1.0), token_budget=32_768, max_num_seqs=8)
+    alone = p.gpus_for_memory * kv_cache_tokens(LLAMA, H100) / (50.0 * 32_005)
+    assert p.gpus_for_memory >= 2 and alone > 0.5  # a 32k prefill alone takes over 0.5 s
