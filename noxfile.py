@@ -1,4 +1,4 @@
-"""Sessions: tests(device) for cpu|mps|cuda, docs (strict build), serve, lint.
+"""Sessions: tests(device) for cpu|mps|cuda, docs (strict build), serve, lint, bench.
 
 python3 -m pip install nox
 nox -s tests                        # every device present; absent ones skip in one line
@@ -57,10 +57,36 @@ def tests(session: nox.Session, device: str) -> None:
     check = f"import llmserve_ref.device as d; print(d.available('{device}'))"
     if session.run("python", "-c", check, silent=True).strip() != "True":
         device_missing(session, device, force)
+    if shutil.which("npm"):  # the TypeScript client's test runs it with the official package
+        session.run("npm", "ci", "--prefix", "clients/ts", "--no-audit", "--no-fund", external=True)
     env = {**ENV, "LLMSERVE_DEVICE": device}
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"  # Triton kernels run in its interpreter on the CPU
     session.run("pytest", *args, env=env)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks: each prints ratios measured side by side in one run (never a unit test)."""
+    install(session, "tests")
+    device = session.run(
+        "python", "-c", "import llmserve_ref.device as d; print(d.best_device())", silent=True
+    ).strip()
+    env = {**ENV, "LLMSERVE_DEVICE": device}
+    for script in ["kv_cache", "hardware", "speculative", "simulator", "server_overhead"]:
+        session.run("python", f"benchmarks/{script}.py", env=env)
+    if device == "cuda":
+        session.run(
+            "python", "benchmarks/flash_attention_cuda.py", "--out", "benchmarks/results", env=env
+        )
+    else:  # no GPU: the Triton kernels' correctness in the interpreter, against SDPA
+        session.log("no CUDA device: FlashAttention TFLOP/s not measured; interpreter check:")
+        session.run(
+            "pytest",
+            "-q",
+            "tests/test_triton_attention.py",
+            env={**env, "LLMSERVE_DEVICE": "cpu", "TRITON_INTERPRET": "1"},
+        )
 
 
 @nox.session

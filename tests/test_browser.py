@@ -92,9 +92,8 @@ def test_home_map_topic_needs_and_search(page, site_url):
     page.screenshot(path=str(SCREENSHOTS / "home.png"), full_page=True)
 
     slug = written.first.get_attribute("data-slug")
-    title = (
-        page.locator(f'svg.stage-map g[data-slug="{slug}"] text').text_content()
-    )
+    # A title wrapped over several <tspan> lines reads back without the spaces between them.
+    title = " ".join(page.locator(f'svg.stage-map g[data-slug="{slug}"] tspan').all_text_contents())
     written.first.click()
     page.wait_for_load_state("networkidle")
     assert f"/{slug}/" in page.url

@@ -1,0 +1,19 @@
+"""Latency distributions of a short benchmark of our server, run when the site is built."""
+
+from matplotlib.figure import Figure
+
+from llmserve_ref.bench_client import BenchConfig, run
+from llmserve_ref.bench_metrics import plot_cdfs
+from llmserve_ref.server import serve_in_thread
+from llmserve_ref.workload import Fixed
+
+
+def figure() -> Figure:
+    """CDFs of TTFT, TPOT, ITL and E2E: 4 users, 8 requests of 16 tokens, after warm-up."""
+    with serve_in_thread("tiny") as server:
+        config = BenchConfig(server.url, concurrency=4, num_requests=8, prompt_len=Fixed(32),
+                             output_len=Fixed(16), warmup=4)
+        result = run(config)
+    fig = plot_cdfs(result.records)
+    fig.suptitle("Our server, tiny model on this machine's CPU, 4 concurrent users", fontsize=11)
+    return fig

@@ -1,0 +1,182 @@
+"""The engine: same tokens as the plain generation loop, interleaved, seeded, cancellable."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from llmserve_ref.device import get_device
+from llmserve_ref.engine import EngineRequest, EngineUnavailable, LoopEngine, TokenEvent
+from llmserve_ref.generate import generate
+from llmserve_ref.models import load_target
+from llmserve_ref.sampling import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def engine():
+    engine = LoopEngine(*load_target(get_device()))
+    yield engine
+    engine.close()
+
+
+def prompt(engine: LoopEngine, text: str = "Once upon a time,") -> list[int]:
+    return engine.tokenizer.encode(text, add_bos=True)
+
+
+async def collect(engine: LoopEngine, request: EngineRequest) -> list[TokenEvent]:
+    return [event async for event in engine.submit(request)]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def wait_until(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(temperature=0), SamplingParams(temperature=0.9, top_p=0.95, seed=7)],
+    ids=["greedy", "seeded"],
+)
+def test_the_engine_samples_the_same_tokens_as_the_generation_loop(engine, params):
+    ids = prompt(engine)
+    expected = list(
+        generate(
+            engine.model, ids, params, max_new_tokens=40, stop_token_ids={engine.tokenizer.eos_id}
+        )
+    )
+    events = run(collect(engine, EngineRequest(ids, params, max_tokens=40)))
+    assert [e.token_id for e in events] == expected
+    text = "".join(e.text for e in events)
+    assert text == engine.tokenizer.decode(expected, skip_special_tokens=True)
+    assert events[-1].finish_reason == (
+        "stop" if expected[-1] == engine.tokenizer.eos_id else "length"
+    )
+    assert all(e.finish_reason is None for e in events[:-1])
+
+
+def test_timings_count_the_prompt_and_the_generated_tokens(engine):
+    ids = prompt(engine)
+    events = run(collect(engine, EngineRequest(ids, SamplingParams(temperature=0), 10)))
+    t = events[-1].timings
+    assert (t.prompt_n, t.predicted_n) == (len(ids), len(events))
+    assert t.prompt_ms > 0 and t.predicted_ms > 0
+
+
+def test_concurrent_requests_get_what_they_get_alone(engine):
+    ids = prompt(engine)
+    requests = [EngineRequest(ids, SamplingParams(temperature=1.0, seed=s), 30) for s in range(8)]
+    alone = [run(collect(engine, r)) for r in requests]
+
+    async def together():
+        fresh = [EngineRequest(r.prompt_ids, r.params, r.max_tokens) for r in requests]
+        return await asyncio.gather(*(collect(engine, r) for r in fresh))
+
+    assert [[e.token_id for e in x] for x in run(together())] == [
+        [e.token_id for e in x] for x in alone
+    ]
+    assert len({tuple(e.token_id for e in x) for x in alone}) > 1  # the seeds do differ
+
+
+def test_concurrent_requests_are_interleaved_not_queued(engine):
+    """Each loop steps every active sequence: the second request's first token comes long
+    before the first request's last."""
+    ids = prompt(engine)
+    order: list[tuple[int, bool]] = []
+
+    async def one(i: int):
+        request = EngineRequest(ids, SamplingParams(temperature=0), 40)
+        async for event in engine.submit(request):
+            order.append((i, event.finish_reason is not None))
+
+    async def both():
+        await asyncio.gather(one(0), one(1))
+
+    run(both())
+    first_of_1 = order.index(next(o for o in order if o[0] == 1))
+    last_of_0 = order.index((0, True))
+    assert first_of_1 < last_of_0 / 4
+
+
+def test_beyond_max_running_requests_wait_for_a_slot():
+    engine = LoopEngine(*load_target(get_device()), max_running=1)
+    ids = engine.tokenizer.encode("Once", add_bos=True)
+    order: list[tuple[int, bool]] = []
+
+    async def one(i: int):
+        async for event in engine.submit(EngineRequest(ids, SamplingParams(temperature=0), 5)):
+            order.append((i, event.finish_reason is not None))
+
+    async def both():
+        await asyncio.gather(one(0), one(1))
+
+    try:
+        run(both())
+    finally:
+        engine.close()
+    assert [i for i, _ in order] == [0] * 5 + [1] * 5
+
+
+def test_a_stop_string_ends_the_sequence_and_is_not_emitted(engine):
+    ids = prompt(engine)
+    free = "".join(e.text for e in run(collect(engine, EngineRequest(ids, SamplingParams(0), 30))))
+    stop = free[10:18]  # from the middle of the text, several tokens long
+    events = run(collect(engine, EngineRequest(ids, SamplingParams(0), 30, stop=(stop,))))
+    assert "".join(e.text for e in events) == free[: free.index(stop)]
+    assert events[-1].finish_reason == "stop"
+
+
+def test_cancel_stops_stepping_and_frees_the_cache(engine):
+    ids = prompt(engine)
+
+    async def start_then_cancel():
+        stream = engine.submit(EngineRequest(ids, SamplingParams(temperature=0), 200))
+        await anext(stream)
+        await anext(stream)
+        assert engine.num_running == 1 and engine.kv_cache_bytes > 0
+        engine.cancel(stream.request_id)
+
+    run(start_then_cancel())
+    wait_until(lambda: engine.num_running == 0)
+    assert engine.kv_cache_bytes == 0
+    steps = engine.steps
+    time.sleep(0.2)
+    assert engine.steps == steps
+
+
+def test_requests_that_do_not_fit_are_refused(engine):
+    async def submit(request):
+        engine.submit(request)
+
+    with pytest.raises(ValueError, match="positions"):
+        run(submit(EngineRequest([0] * 250, max_tokens=10)))
+    with pytest.raises(ValueError, match="non-empty"):
+        run(submit(EngineRequest([], max_tokens=10)))
+
+
+def test_drain_refuses_new_requests_and_aborts_what_is_left_after_the_grace():
+    engine = LoopEngine(*load_target(get_device()))
+    ids = engine.tokenizer.encode("Once", add_bos=True)
+
+    async def scenario():
+        stream = engine.submit(EngineRequest(ids, SamplingParams(temperature=0), 200))
+        await anext(stream)
+        engine.drain(0.0)
+        with pytest.raises(EngineUnavailable):
+            engine.submit(EngineRequest(ids, max_tokens=5))
+        return [event async for event in stream]
+
+    try:
+        events = run(scenario())
+    finally:
+        engine.close()
+    assert events[-1].finish_reason == "abort"
+    assert len(events) < 100
+    assert engine.num_running == 0
