@@ -29,7 +29,7 @@ from llmserve_ref.kv_math import (
     sequences_that_fit,
     weight_bytes,
 )
-from llmserve_ref.model_catalog import MODELS, catalog_as_json, model
+from llmserve_ref.model_catalog import MODELS, catalog_as_json, config_as_dict, model
 
 ROOT = Path(__file__).resolve().parent.parent
 CALCULATOR = ROOT / "docs" / "javascripts" / "kv-calculator.js"
@@ -77,18 +77,6 @@ def run_js(cases: list[dict]) -> list[dict]:
     return json.loads(result.stdout)
 
 
-def js_config(cfg: ModelConfig) -> dict:
-    return {
-        "num_layers": cfg.num_layers,
-        "num_attention_heads": cfg.num_attention_heads,
-        "num_kv_heads": cfg.num_kv_heads,
-        "head_dim": cfg.head_dim,
-        "kv_lora_rank": cfg.kv_lora_rank,
-        "qk_rope_head_dim": cfg.qk_rope_head_dim,
-        "max_position_embeddings": cfg.max_position_embeddings,
-    }
-
-
 def case(
     cfg: ModelConfig,
     params: int,
@@ -106,7 +94,7 @@ def case(
     """A case for Node, and what Python computes for it."""
     fmt = KVFormat(dtype, group, scale_bytes)
     js = {
-        "cfg": js_config(cfg),
+        "cfg": config_as_dict(cfg),
         "params": params,
         "context": context,
         "batch": batch,
@@ -201,7 +189,7 @@ def test_calculator_does_not_multiply_by_query_heads():
 
 
 def test_calculator_rejects_what_python_rejects():
-    cfg = js_config(model("Llama-3.1-8B").config)
+    cfg = config_as_dict(model("Llama-3.1-8B").config)
     base = {
         "params": 8_030_261_248,
         "context": 8192,

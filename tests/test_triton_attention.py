@@ -119,14 +119,14 @@ def test_bad_arguments_say_what_to_do(call, message):
         call(q, k)
 
 
-def test_imports_without_triton_and_says_what_to_use():
-    """On macOS there is no Triton: the module imports, and the kernels point elsewhere."""
+def error_in_fresh_process(prelude: str, shape: str, check: str = "") -> str:
+    """The error the forward kernel raises in a fresh Python without TRITON_INTERPRET."""
     script = (
-        "import sys; sys.modules['triton'] = None\n"  # `import triton` now raises ImportError
+        f"{prelude}\n"
         "import torch\n"
         "from llmserve_ref import triton_attention as ta\n"
-        "assert not ta.TRITON_AVAILABLE\n"
-        "x = torch.zeros(1, 1, 1, 32)\n"
+        f"{check}\n"
+        f"x = torch.zeros({shape})\n"
         "try:\n"
         "    ta.flash_attention_forward(x, x, x)\n"
         "except RuntimeError as error:\n"
@@ -136,8 +136,16 @@ def test_imports_without_triton_and_says_what_to_use():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             env=env, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "Triton is not installed" in result.stdout
-    assert "llmserve_ref.flash_attention, the PyTorch reference" in result.stdout
+    return result.stdout
+
+
+def test_imports_without_triton_and_says_what_to_use():
+    """On macOS there is no Triton: the module imports, and the kernels point elsewhere."""
+    # `import triton` raises ImportError once sys.modules maps it to None.
+    stdout = error_in_fresh_process("import sys; sys.modules['triton'] = None", "1, 1, 1, 32",
+                                    check="assert not ta.TRITON_AVAILABLE")
+    assert "Triton is not installed" in stdout
+    assert "llmserve_ref.flash_attention, the PyTorch reference" in stdout
 
 
 def test_cpu_without_interpreter_says_to_set_it():
@@ -145,20 +153,7 @@ def test_cpu_without_interpreter_says_to_set_it():
     since the suite itself runs interpreted)."""
     if not triton_attention.TRITON_AVAILABLE:
         pytest.skip("Triton is not installed here (it has Linux wheels only)")
-    script = (
-        "import torch\n"
-        "from llmserve_ref import triton_attention as ta\n"
-        "x = torch.zeros(1, 1, 4, 32)\n"
-        "try:\n"
-        "    ta.flash_attention_forward(x, x, x)\n"
-        "except RuntimeError as error:\n"
-        "    print(error)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            env=env, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "set TRITON_INTERPRET=1" in result.stdout
+    assert "set TRITON_INTERPRET=1" in error_in_fresh_process("", "1, 1, 4, 32")
 
 
 @given(kv_len=st.integers(1, 100_000), asked=st.integers(1, 64),

@@ -161,6 +161,19 @@ def match_config(config_json: dict[str, Any]) -> CatalogModel | None:
     return None
 
 
+def config_as_dict(cfg: ModelConfig) -> dict:
+    """The fields of a config the page's calculator reads, as it receives them in JSON."""
+    return {
+        "num_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_kv_heads": cfg.num_kv_heads,
+        "head_dim": cfg.head_dim,
+        "kv_lora_rank": cfg.kv_lora_rank,
+        "qk_rope_head_dim": cfg.qk_rope_head_dim,
+        "max_position_embeddings": cfg.max_position_embeddings,
+    }
+
+
 def catalog_as_json() -> str:
     """The models, GPUs and dtypes the page's calculator offers, as JSON.
 
@@ -171,22 +184,10 @@ def catalog_as_json() -> str:
     >>> data["models"][1]["name"], data["models"][1]["num_kv_heads"], data["dtype_bits"]["fp8"]
     ('Llama-3.1-8B', 8, 8)
     """
-    models = []
-    for m in MODELS:
-        cfg = m.config
-        models.append(
-            {
-                "name": m.name,
-                "source": m.source,
-                "num_parameters": m.num_parameters,
-                "num_layers": cfg.num_layers,
-                "num_attention_heads": cfg.num_attention_heads,
-                "num_kv_heads": cfg.num_kv_heads,
-                "head_dim": cfg.head_dim,
-                "kv_lora_rank": cfg.kv_lora_rank,
-                "qk_rope_head_dim": cfg.qk_rope_head_dim,
-                "max_position_embeddings": cfg.max_position_embeddings,
-            }
-        )
+    models = [
+        {"name": m.name, "source": m.source, "num_parameters": m.num_parameters,
+         **config_as_dict(m.config)}
+        for m in MODELS
+    ]
     gpus = [{"name": g.name, "memory_bytes": g.memory_bytes, "source": g.source} for g in GPUS]
     return json.dumps({"models": models, "gpus": gpus, "dtype_bits": DTYPE_BITS}, indent=1)
