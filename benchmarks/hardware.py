@@ -6,7 +6,7 @@ Prints the measured memory bandwidth and matmul FLOP/s, the bytes per second a b
 decode step of a ~400 MB random Llama moves as a fraction of that bandwidth, the
 throughput ratio of batch 16 to batch 1, and the memory and speed of int8/int4
 weights against fp32. Every probe of one table is interleaved round by round and
-reported as a median (see `llmserve_ref.measure`). On a CPU torch runs on one thread,
+reported as a median (see `llmserve_ref.planning.measure`). On a CPU torch runs on one thread,
 so that other processes on a shared machine do not stall its parallel regions.
 """
 
@@ -18,7 +18,8 @@ import copy
 import torch
 
 from llmserve_ref.device import get_device
-from llmserve_ref.measure import (
+from llmserve_ref.model.quantization import model_bytes, quantize_linears
+from llmserve_ref.planning.measure import (
     bandwidth_probe,
     decode_steppers,
     interleaved,
@@ -26,9 +27,8 @@ from llmserve_ref.measure import (
     random_llama,
     torch_threads,
 )
-from llmserve_ref.model_catalog import CatalogModel
-from llmserve_ref.quantization import model_bytes, quantize_linears
-from llmserve_ref.roofline import Roof, StepCost
+from llmserve_ref.planning.model_catalog import CatalogModel
+from llmserve_ref.planning.roofline import Roof, StepCost
 
 BATCHES = (1, 4, 16, 64)
 CONTEXT = 32

@@ -3,7 +3,7 @@
     python benchmarks/kv_cache.py [--rounds 7]
 
 On the tiny target model, at batch 1, prints two tables measured side by side (every
-pass of one table interleaved round by round, medians; see `llmserve_ref.measure`):
+pass of one table interleaved round by round, medians; see `llmserve_ref.planning.measure`):
 
 1. the time of one new token at several context lengths, with the KV cache (one decode
    step) and without it (a forward pass over the whole sequence), and their ratio;
@@ -21,9 +21,9 @@ import argparse
 import torch
 
 from llmserve_ref.device import get_device
-from llmserve_ref.measure import interleaved, torch_threads
-from llmserve_ref.models import load_target
-from llmserve_ref.phases import decode_step, prefill_step, recompute_step
+from llmserve_ref.model.weights import load_target
+from llmserve_ref.planning.measure import interleaved, torch_threads
+from llmserve_ref.planning.phases import decode_step, prefill_step, recompute_step
 
 CONTEXTS = (16, 64, 128, 255)
 PROMPT_LENS = (16, 64, 256)

@@ -13,7 +13,7 @@
    50 GB/s), for 1,000 requests at 20 requests/s with long prompts (median 4096)
    and outputs of median 256.
 
-All step times come from `llmserve_ref.roofline.StepCost` at the datasheet roof.
+All step times come from `llmserve_ref.planning.roofline.StepCost` at the datasheet roof.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import math
 import time
 from dataclasses import replace
 
-from llmserve_ref.capacity import instance_pool
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model_catalog import model
-from llmserve_ref.simulator import SLO, kv_transfer, simulate
-from llmserve_ref.workload import LogNormal, generate
+from llmserve_ref.planning.capacity import instance_pool
+from llmserve_ref.planning.hardware import gpu
+from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.simulator import SLO, kv_transfer, simulate
+from llmserve_ref.planning.workload import LogNormal, generate
 
 MODEL, GPU = model("Llama-3.1-8B"), gpu("H100-SXM")
 

@@ -8,7 +8,7 @@ wall-clock speedup over `generate` with the target alone next to Leviathan et al
 expected speedup: with the measured cost ratio c = draft step / target step, once with
 their assumption that verifying gamma + 1 tokens costs one target step (v = 1) and once
 with the measured v. Then the best gamma. Every call is interleaved round by round with
-the others and reported as a median (see `llmserve_ref.measure`); on a CPU torch runs
+the others and reported as a median (see `llmserve_ref.planning.measure`); on a CPU torch runs
 on one thread.
 """
 
@@ -19,17 +19,17 @@ import argparse
 import torch
 
 from llmserve_ref.device import get_device
-from llmserve_ref.generate import generate
-from llmserve_ref.measure import interleaved, torch_threads
-from llmserve_ref.models import load_draft, load_target
-from llmserve_ref.sampling import SamplingParams
-from llmserve_ref.speculative import (
+from llmserve_ref.engine.speculative import (
     SpeculativeDecoder,
     decode_prompts,
     expected_speedup,
     expected_tokens_per_forward,
     forward_steppers,
 )
+from llmserve_ref.model.generate import generate
+from llmserve_ref.model.sampling import SamplingParams
+from llmserve_ref.model.weights import load_draft, load_target
+from llmserve_ref.planning.measure import interleaved, torch_threads
 
 GAMMAS = range(1, 9)
 FORWARD_ROUNDS = 50

@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from llmserve_ref.attention_probe import attention_weights, capture_qkv
 from llmserve_ref.device import get_device
-from llmserve_ref.model import Llama, ModelConfig, grouped_attention
-from llmserve_ref.models import load_target
+from llmserve_ref.kernels.grouped_attention import grouped_attention
+from llmserve_ref.model.attention_probe import attention_weights, capture_qkv
+from llmserve_ref.model.llama import Llama, ModelConfig
+from llmserve_ref.model.weights import load_target
 
 
 @pytest.fixture(scope="module")

@@ -21,10 +21,10 @@ import json
 
 import pytest
 
-from llmserve_ref.bench_client import BenchConfig, request_specs, run
 from llmserve_ref.cli import main as llmserve_ref
-from llmserve_ref.fake_server import FakeConfig, FakeServer, serve_in_thread
-from llmserve_ref.workload import Fixed
+from llmserve_ref.planning.workload import Fixed
+from llmserve_ref.serving.bench_client import BenchConfig, request_specs, run
+from llmserve_ref.serving.fake_server import FakeConfig, FakeServer, serve_in_thread
 
 TTFT, ITL = 0.050, 0.020
 TTFT_SLACK = {1: 0.025, 8: 0.075}

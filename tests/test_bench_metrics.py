@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmserve_ref.bench_metrics import (
+from llmserve_ref.serving.bench_metrics import (
     SLO,
     RequestRecord,
     Stats,

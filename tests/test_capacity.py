@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from llmserve_ref.capacity import Load, instance_pool, kv_cache_tokens, lengths, plan
-from llmserve_ref.capacity import sustainable_rate as find_rate
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model_catalog import model
-from llmserve_ref.scheduler import SchedulerConfig
-from llmserve_ref.simulator import SLO, Pool, simulate
-from llmserve_ref.workload import Fixed
+from llmserve_ref.engine.scheduler import SchedulerConfig
+from llmserve_ref.planning.capacity import Load, instance_pool, kv_cache_tokens, lengths, plan
+from llmserve_ref.planning.capacity import sustainable_rate as find_rate
+from llmserve_ref.planning.hardware import gpu
+from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.simulator import SLO, Pool, simulate
+from llmserve_ref.planning.workload import Fixed
 
 LLAMA, H100 = model("Llama-3.1-8B"), gpu("H100-SXM")
 

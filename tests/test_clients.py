@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from llmserve_ref.server import serve_in_thread
+from llmserve_ref.serving.server import serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON_CLIENT = ROOT / "snippets" / "run-a-model-locally" / "chat.py"

@@ -6,13 +6,13 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from llmserve_ref.corpus import heldout_documents
-from llmserve_ref.detokenizer import Detokenizer, StopStrings, TextStream, token_bytes
-from llmserve_ref.models import TARGET_DIR
-from llmserve_ref.tokenizer import Tokenizer
+from llmserve_ref.model.corpus import heldout_documents
+from llmserve_ref.model.detokenizer import Detokenizer, StopStrings, TextStream, token_bytes
+from llmserve_ref.model.tokenizer import Tokenizer
+from llmserve_ref.model.weights import TARGET_DIR
 
 TOKENIZER = Tokenizer.from_file(TARGET_DIR)
 # Characters of two, three and four bytes in UTF-8, as in the corpus.
@@ -53,7 +53,7 @@ def test_a_split_character_waits_for_its_last_byte(char):
     assert d.flush() == ""
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(st.text(alphabet=st.sampled_from(list("ab .,") + list(MULTIBYTE)), max_size=30))
 def test_streamed_text_equals_the_decoded_text_and_never_has_a_replacement(text):
     for ids in (TOKENIZER.encode(text), byte_tokens(text)):
@@ -105,7 +105,8 @@ def test_at_the_end_held_back_text_is_flushed():
     assert stops.flush() == "The e"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
+@example(text=" aa", stop=["a", " aa"], cuts=[2])  # 'a' completes first, ' aa' starts first
 @given(
     text=st.text(alphabet="ab c", max_size=40),
     stop=st.lists(st.text(alphabet="ab c", min_size=1, max_size=4), max_size=3),

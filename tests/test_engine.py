@@ -1,4 +1,8 @@
-"""The engine: same tokens as the plain generation loop, interleaved, seeded, cancellable."""
+"""Both engines: the same tokens as the plain generation loop, interleaved, seeded, cancellable.
+
+`LoopEngine` (one forward pass per request per step) and `BatchedEngine` (continuous
+batching on paged KV, its core in a process of its own) behind one interface, held to the
+same behaviour."""
 
 from __future__ import annotations
 
@@ -8,24 +12,38 @@ import time
 import pytest
 
 from llmserve_ref.device import get_device
-from llmserve_ref.engine import EngineRequest, EngineUnavailable, LoopEngine, TokenEvent
-from llmserve_ref.generate import generate
-from llmserve_ref.models import load_target
-from llmserve_ref.sampling import SamplingParams
+from llmserve_ref.engine.batched_engine import BatchedEngine, EngineConfig
+from llmserve_ref.engine.interface import Engine, EngineRequest, EngineUnavailable, TokenEvent
+from llmserve_ref.engine.loop_engine import LoopEngine
+from llmserve_ref.model.generate import generate
+from llmserve_ref.model.sampling import SamplingParams
+from llmserve_ref.model.weights import load_target
 
 
-@pytest.fixture(scope="module")
-def engine():
-    engine = LoopEngine(*load_target(get_device()))
+def make_engine(kind: str, max_running: int = 32) -> Engine:
+    if kind == "loop":
+        return LoopEngine(*load_target(get_device()), max_running=max_running)
+    config = EngineConfig(max_num_seqs=max_running, max_num_batched_tokens=max(max_running, 256))
+    return BatchedEngine.load("tiny", get_device(), config)
+
+
+@pytest.fixture(scope="module", params=["loop", "batched"])
+def engine(request):
+    engine = make_engine(request.param)
     yield engine
     engine.close()
 
 
-def prompt(engine: LoopEngine, text: str = "Once upon a time,") -> list[int]:
+@pytest.fixture(scope="module")
+def target():
+    return load_target(get_device())
+
+
+def prompt(engine: Engine, text: str = "Once upon a time,") -> list[int]:
     return engine.tokenizer.encode(text, add_bos=True)
 
 
-async def collect(engine: LoopEngine, request: EngineRequest) -> list[TokenEvent]:
+async def collect(engine: Engine, request: EngineRequest) -> list[TokenEvent]:
     return [event async for event in engine.submit(request)]
 
 
@@ -45,11 +63,11 @@ def wait_until(condition, timeout: float = 10.0) -> None:
     [SamplingParams(temperature=0), SamplingParams(temperature=0.9, top_p=0.95, seed=7)],
     ids=["greedy", "seeded"],
 )
-def test_the_engine_samples_the_same_tokens_as_the_generation_loop(engine, params):
+def test_the_engine_samples_the_same_tokens_as_the_generation_loop(engine, target, params):
     ids = prompt(engine)
     expected = list(
         generate(
-            engine.model, ids, params, max_new_tokens=40, stop_token_ids={engine.tokenizer.eos_id}
+            target[0], ids, params, max_new_tokens=40, stop_token_ids={engine.tokenizer.eos_id}
         )
     )
     events = run(collect(engine, EngineRequest(ids, params, max_tokens=40)))
@@ -105,8 +123,9 @@ def test_concurrent_requests_are_interleaved_not_queued(engine):
     assert first_of_1 < last_of_0 / 4
 
 
-def test_beyond_max_running_requests_wait_for_a_slot():
-    engine = LoopEngine(*load_target(get_device()), max_running=1)
+@pytest.mark.parametrize("kind", ["loop", "batched"])
+def test_beyond_max_running_requests_wait_for_a_slot(kind):
+    engine = make_engine(kind, max_running=1)
     ids = engine.tokenizer.encode("Once", add_bos=True)
     order: list[tuple[int, bool]] = []
 
@@ -161,8 +180,9 @@ def test_requests_that_do_not_fit_are_refused(engine):
         run(submit(EngineRequest([], max_tokens=10)))
 
 
-def test_drain_refuses_new_requests_and_aborts_what_is_left_after_the_grace():
-    engine = LoopEngine(*load_target(get_device()))
+@pytest.mark.parametrize("kind", ["loop", "batched"])
+def test_drain_refuses_new_requests_and_aborts_what_is_left_after_the_grace(kind):
+    engine = make_engine(kind)
     ids = engine.tokenizer.encode("Once", add_bos=True)
 
     async def scenario():

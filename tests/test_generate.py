@@ -6,11 +6,11 @@ import re
 import pytest
 import torch
 
-from llmserve_ref import corpus
 from llmserve_ref.device import get_device
-from llmserve_ref.generate import generate
-from llmserve_ref.models import load_target
-from llmserve_ref.sampling import SamplingParams
+from llmserve_ref.model import corpus
+from llmserve_ref.model.generate import generate
+from llmserve_ref.model.sampling import SamplingParams
+from llmserve_ref.model.weights import load_target
 
 GREEDY = SamplingParams(temperature=0)
 

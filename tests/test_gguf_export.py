@@ -13,9 +13,9 @@ import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-from llmserve_ref.gguf_export import OLLAMA_TEMPLATE, export, modelfile, permute, unpermute
-from llmserve_ref.models import TARGET_DIR, load_target
-from llmserve_ref.tokenizer import CHAT_TEMPLATE
+from llmserve_ref.model.tokenizer import CHAT_TEMPLATE
+from llmserve_ref.model.weights import TARGET_DIR, load_target
+from llmserve_ref.serving.gguf_export import OLLAMA_TEMPLATE, export, modelfile, permute, unpermute
 
 TEXT = "Once upon a time, Zoé found “你好” 🙂 in the café."
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from llmserve_ref import corpus
-from llmserve_ref.gqa import (
+from llmserve_ref.model import corpus
+from llmserve_ref.model.gqa import (
     MHA_DIR,
     mean_pool_kv_heads,
     repeat_kv,
@@ -15,9 +15,9 @@ from llmserve_ref.gqa import (
     shared_kv_attention,
     uptrain,
 )
-from llmserve_ref.model import Llama, ModelConfig
-from llmserve_ref.models import load
-from llmserve_ref.train import evaluate, token_stream
+from llmserve_ref.model.llama import Llama, ModelConfig
+from llmserve_ref.model.train import evaluate, token_stream
+from llmserve_ref.model.weights import load
 
 ATOL = 1e-5
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmserve_ref.hardware import ACCELERATORS, GB, GPUS, TERA, dense, gpu
+from llmserve_ref.planning.hardware import ACCELERATORS, GB, GPUS, TERA, dense, gpu
 
 APPLE = ("M2-", "M3-", "M4-")
 

@@ -5,8 +5,9 @@ import torch
 import torch.nn.functional as F
 
 from llmserve_ref.device import get_device
-from llmserve_ref.kv_cache import KVCache
-from llmserve_ref.model import Llama, ModelConfig, grouped_attention
+from llmserve_ref.kernels.grouped_attention import grouped_attention
+from llmserve_ref.model.kv_cache import KVCache
+from llmserve_ref.model.llama import Llama, ModelConfig
 
 DEVICE = get_device()
 ATOL = 1e-5  # fp32; the cached and uncached paths sum in different orders

@@ -1,4 +1,4 @@
-"""The page's calculator (JavaScript) computes exactly what `llmserve_ref.kv_math` computes.
+"""The page's calculator (JavaScript) computes exactly what `planning.kv_math` computes.
 
 The JS core runs under Node on the catalog the site ships (`catalog_as_json()`), for
 every catalog model over a grid of contexts, batches, precisions, GPUs and tensor
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from llmserve_ref.kv_math import (
+from llmserve_ref.planning.kv_math import (
     DTYPE_BITS,
     KVFormat,
     ModelConfig,
@@ -29,7 +29,7 @@ from llmserve_ref.kv_math import (
     sequences_that_fit,
     weight_bytes,
 )
-from llmserve_ref.model_catalog import MODELS, catalog_as_json, config_as_dict, model
+from llmserve_ref.planning.model_catalog import MODELS, catalog_as_json, config_as_dict, model
 
 ROOT = Path(__file__).resolve().parent.parent
 CALCULATOR = ROOT / "docs" / "javascripts" / "kv-calculator.js"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from llmserve_ref.hardware import GIB, GPUS, gpu
-from llmserve_ref.kv_math import (
+from llmserve_ref.planning.hardware import GIB, GPUS, gpu
+from llmserve_ref.planning.kv_math import (
     DTYPE_BITS,
     KVFormat,
     ModelConfig,
@@ -30,7 +30,7 @@ from llmserve_ref.kv_math import (
     to_hf_config,
     weight_bytes,
 )
-from llmserve_ref.model_catalog import MODELS, catalog_as_json, match_config, model
+from llmserve_ref.planning.model_catalog import MODELS, catalog_as_json, match_config, model
 
 ROOT = Path(__file__).resolve().parent.parent
 SNIPPET_CONFIG = ROOT / "snippets" / "kv-cache-size-math" / "llama-3.1-8b.config.json"

@@ -6,14 +6,14 @@ import time
 
 import torch
 
-from llmserve_ref.measure import (
+from llmserve_ref.model.llama import ModelConfig
+from llmserve_ref.planning.measure import (
     decode_steppers,
     interleaved,
     random_llama,
     this_machine,
     torch_threads,
 )
-from llmserve_ref.model import ModelConfig
 
 
 def test_interleaved_takes_medians_of_rounds_in_rotated_order():

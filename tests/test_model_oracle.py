@@ -12,13 +12,13 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from llmserve_ref import corpus
 from llmserve_ref.device import get_device
-from llmserve_ref.generate import generate
-from llmserve_ref.model import Llama
-from llmserve_ref.models import DRAFT_DIR, TARGET_DIR
-from llmserve_ref.sampling import SamplingParams
-from llmserve_ref.tokenizer import Tokenizer
+from llmserve_ref.model import corpus
+from llmserve_ref.model.generate import generate
+from llmserve_ref.model.llama import Llama
+from llmserve_ref.model.sampling import SamplingParams
+from llmserve_ref.model.tokenizer import Tokenizer
+from llmserve_ref.model.weights import DRAFT_DIR, TARGET_DIR
 
 ATOL = 1e-4  # fp32 logits; observed differences are around 1e-6
 DEVICE = get_device()

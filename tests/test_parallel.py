@@ -11,9 +11,8 @@ import time
 import pytest
 import torch
 
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model import ModelConfig
-from llmserve_ref.parallel import (
+from llmserve_ref.model.llama import ModelConfig
+from llmserve_ref.model.parallel import (
     bubble_fraction,
     gpipe_bubble,
     launch,
@@ -22,6 +21,7 @@ from llmserve_ref.parallel import (
     tp_allreduce_bytes_per_token,
     tp_worker,
 )
+from llmserve_ref.planning.hardware import gpu
 
 CONFIG = ModelConfig(
     vocab_size=32,

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from llmserve_ref.model import Llama, ModelConfig
-from llmserve_ref.phases import decode_step, prefill_step, recompute_step
+from llmserve_ref.model.llama import Llama, ModelConfig
+from llmserve_ref.planning.phases import decode_step, prefill_step, recompute_step
 
 
 def model() -> Llama:

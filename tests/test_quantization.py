@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmserve_ref.kv_cache import KVCache
-from llmserve_ref.model import Llama, ModelConfig
-from llmserve_ref.quantization import (
+from llmserve_ref.model.kv_cache import KVCache
+from llmserve_ref.model.llama import Llama, ModelConfig
+from llmserve_ref.model.quantization import (
     QuantizedKVCache,
     QuantizedLinear,
     dequantize_fp8,

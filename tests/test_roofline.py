@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model_catalog import CatalogModel, model
-from llmserve_ref.roofline import (
+from llmserve_ref.planning.hardware import gpu
+from llmserve_ref.planning.model_catalog import CatalogModel, model
+from llmserve_ref.planning.roofline import (
     Roof,
     StepCost,
     datasheet_roof,

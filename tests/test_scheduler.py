@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmserve_ref.scheduler import (
+from llmserve_ref.engine.scheduler import (
     Request,
     RequestStatus,
     Scheduler,
@@ -112,7 +112,7 @@ def test_static_batching_reserves_each_members_whole_length():
     request = Request("r", prompt_len=5, max_tokens=11)
     s.add_request(request)
     s.schedule()
-    assert len(request.block_table) == config.blocks_for(5 + 11) == 4
+    assert len(s.block_table(request)) == config.blocks_for(5 + 11) == 4
 
 
 def test_continuous_batching_fills_a_finished_slot_at_once():
@@ -174,7 +174,7 @@ def test_when_decoding_runs_out_of_blocks_the_newest_is_preempted_and_requeued_f
     assert out.preempted == ["new"] and out.num_scheduled_tokens == {"old": 1}
     assert [r.request_id for r in s.waiting] == ["new", "queued"]
     assert new.num_computed_tokens == 0 and new.num_output_tokens == 1  # outputs kept
-    assert new.block_table == [] and new.num_preemptions == 1
+    assert s.block_table(new) == [] and new.num_preemptions == 1
     s.update_from_output(out)
     while s.has_unfinished_requests():
         s.update_from_output(s.schedule())
@@ -287,16 +287,17 @@ def check_step(s: Scheduler, out: SchedulerOutput, running_before: list[Request]
     assert out.total_num_scheduled_tokens == sum(out.num_scheduled_tokens.values())
     assert out.total_num_scheduled_tokens <= config.token_budget
     assert len(s.running) <= config.max_num_seqs
-    tables = [b for r in s.running for b in r.block_table]
-    assert len(tables) == len(set(tables)) and not set(tables) & set(s.free_blocks)
+    s.block_manager.check()
+    tables = [b for r in s.running for b in s.block_table(r)]
+    assert len(tables) == len(set(tables)) and not set(tables) & set(s.block_manager.free_queue)
     assert len(tables) + s.num_free_blocks == config.num_blocks
-    assert all(r.block_table == [] for r in s.waiting)
+    assert all(s.block_table(r) == [] for r in s.waiting)
     kv_read = attention_pairs = 0
     for request_id, n in out.num_scheduled_tokens.items():
         r = out.scheduled[request_id]
         assert r.status is RequestStatus.RUNNING
         assert 1 <= n <= r.num_tokens - r.num_computed_tokens
-        assert len(r.block_table) * config.block_size >= r.num_computed_tokens + n
+        assert len(s.block_table(r)) * config.block_size >= r.num_computed_tokens + n
         kv_read += r.num_computed_tokens
         attention_pairs += sum(r.num_computed_tokens + i + 1 for i in range(n))  # causal
     assert (out.kv_tokens_read, out.attention_pairs) == (kv_read, attention_pairs)
@@ -331,7 +332,7 @@ def test_invariants_hold_and_every_request_finishes_with_its_output_length(workl
         step += 1
     for r in requests:
         assert r.status is RequestStatus.FINISHED and r.num_output_tokens == r.max_tokens
-        assert r.block_table == []
+        assert s.block_table(r) == []
     assert s.num_free_blocks == config.num_blocks
     if config.max_skips == 0:  # strict FCFS: first admissions in arrival order
         order = [r.request_id for _, _, r in sorted(zip(arrivals, range(len(requests)),

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,12 +19,12 @@ from openai import AsyncOpenAI, OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 from transformers import PreTrainedTokenizerFast
 
-from llmserve_ref.chat_template import render
-from llmserve_ref.detokenizer import token_bytes
 from llmserve_ref.device import get_device
-from llmserve_ref.engine import LoopEngine
-from llmserve_ref.models import TARGET_DIR, load_target
-from llmserve_ref.server import serve_in_thread
+from llmserve_ref.engine.loop_engine import LoopEngine
+from llmserve_ref.model.chat_template import render
+from llmserve_ref.model.detokenizer import token_bytes
+from llmserve_ref.model.weights import TARGET_DIR, load_target
+from llmserve_ref.serving.server import _bind, serve_in_thread
 
 STORY = [{"role": "user", "content": "Tell me a story about Zoé."}]
 
@@ -477,6 +478,8 @@ def test_a_signal_shuts_down_gracefully_and_exits_zero(sig, grace, reasons):
         env=env,
     )
     try:
+        kv_report = process.stdout.readline()  # as vLLM does, the KV cache's size first
+        assert kv_report.startswith("llmserve-ref: KV cache: 2048 blocks of 16 tokens"), kv_report
         announce = process.stdout.readline()
         assert announce.startswith("llmserve-ref: serving tiny at http://127.0.0.1:"), announce
         base_url = announce.split(" at ")[1].strip()
@@ -496,3 +499,19 @@ def test_a_signal_shuts_down_gracefully_and_exits_zero(sig, grace, reasons):
         if process.poll() is None:
             process.kill()
         process.communicate()
+
+
+def test_the_server_turns_nagles_algorithm_off_on_every_connection():
+    """Token events are small writes: with Nagle's algorithm on, each waits for the client's
+    delayed ACK (40 ms on Linux) on a reused connection. asyncio does not switch it off on
+    a socket made by `socket.create_server`, so `_bind` does, and accepted sockets inherit it."""
+    listener = _bind("127.0.0.1", 0)
+    try:
+        client = socket.create_connection(listener.getsockname()[:2])
+        accepted, _ = listener.accept()
+        assert listener.proto == 0  # why asyncio's own check does not recognise it as TCP
+        assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        accepted.close()
+        client.close()
+    finally:
+        listener.close()

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model_catalog import model
-from llmserve_ref.roofline import StepCost
-from llmserve_ref.scheduler import SchedulerConfig
-from llmserve_ref.simulator import SLO, Pool, RequestMetrics, SimResult, simulate
-from llmserve_ref.workload import Fixed, LogNormal, RequestSpec, Uniform, generate
+from llmserve_ref.engine.scheduler import SchedulerConfig
+from llmserve_ref.planning.hardware import gpu
+from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.roofline import StepCost
+from llmserve_ref.planning.simulator import SLO, Pool, RequestMetrics, SimResult, simulate
+from llmserve_ref.planning.workload import Fixed, LogNormal, RequestSpec, Uniform, generate
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,9 @@ import math
 import pytest
 import torch
 
-from llmserve_ref import speculative
 from llmserve_ref.device import get_device
-from llmserve_ref.generate import generate
-from llmserve_ref.measure import torch_threads
-from llmserve_ref.model import Llama, ModelConfig
-from llmserve_ref.models import load_draft, load_target
-from llmserve_ref.sampling import SamplingParams
-from llmserve_ref.speculative import (
+from llmserve_ref.engine import speculative
+from llmserve_ref.engine.speculative import (
     SpeculativeDecoder,
     SpeculativeStats,
     decode_prompts,
@@ -26,6 +21,11 @@ from llmserve_ref.speculative import (
     residual,
     verify,
 )
+from llmserve_ref.model.generate import generate
+from llmserve_ref.model.llama import Llama, ModelConfig
+from llmserve_ref.model.sampling import SamplingParams
+from llmserve_ref.model.weights import load_draft, load_target
+from llmserve_ref.planning.measure import torch_threads
 
 GREEDY = SamplingParams(temperature=0)
 # A statistical test below fails a correct implementation with this probability (per seed).

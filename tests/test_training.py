@@ -1,6 +1,6 @@
 """Training is reproducible, and the committed models are what their records say.
 
-A full retrain takes minutes (``python -m llmserve_ref.train``), so the suite
+A full retrain takes minutes (``python -m llmserve_ref.model.train``), so the suite
 checks the pieces instead: a shortened run is bit-identical when repeated, the
 committed tokenizer is exactly what training on the corpus gives, and the
 committed weights reproduce the held-out loss written in ``training.json``.
@@ -11,11 +11,10 @@ import json
 import pytest
 import torch
 
-from llmserve_ref import corpus
-from llmserve_ref.model import Llama
-from llmserve_ref.models import DRAFT_DIR, MODELS_DIR, TARGET_DIR
-from llmserve_ref.tokenizer import Tokenizer
-from llmserve_ref.train import (
+from llmserve_ref.model import corpus
+from llmserve_ref.model.llama import Llama
+from llmserve_ref.model.tokenizer import Tokenizer
+from llmserve_ref.model.train import (
     SCHEDULES,
     SEQ_LEN,
     evaluate,
@@ -23,6 +22,7 @@ from llmserve_ref.train import (
     train_all,
     train_tokenizer,
 )
+from llmserve_ref.model.weights import DRAFT_DIR, MODELS_DIR, TARGET_DIR
 
 DIRS = {"target": TARGET_DIR, "draft": DRAFT_DIR}
 

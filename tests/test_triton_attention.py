@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_flash_attention import SHAPES, assert_close, make_qkv
 
-from llmserve_ref import triton_attention
 from llmserve_ref.device import get_device
-from llmserve_ref.flash_attention import sdpa_attention
-from llmserve_ref.triton_attention import flash_attention_forward, flash_decode, plan_splits
+from llmserve_ref.kernels import triton_attention
+from llmserve_ref.kernels.flash_attention import sdpa_attention
+from llmserve_ref.kernels.triton_attention import flash_attention_forward, flash_decode, plan_splits
 
 DEVICE = get_device()
 CANNOT_RUN = triton_attention.why_triton_cannot_run(DEVICE)
@@ -124,7 +124,7 @@ def error_in_fresh_process(prelude: str, shape: str, check: str = "") -> str:
     script = (
         f"{prelude}\n"
         "import torch\n"
-        "from llmserve_ref import triton_attention as ta\n"
+        "from llmserve_ref.kernels import triton_attention as ta\n"
         f"{check}\n"
         f"x = torch.zeros({shape})\n"
         "try:\n"
@@ -145,7 +145,7 @@ def test_imports_without_triton_and_says_what_to_use():
     stdout = error_in_fresh_process("import sys; sys.modules['triton'] = None", "1, 1, 1, 32",
                                     check="assert not ta.TRITON_AVAILABLE")
     assert "Triton is not installed" in stdout
-    assert "llmserve_ref.flash_attention, the PyTorch reference" in stdout
+    assert "llmserve_ref.kernels.flash_attention, the PyTorch reference" in stdout
 
 
 def test_cpu_without_interpreter_says_to_set_it():

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from llmserve_ref.workload import Fixed, LogNormal, Uniform, arrival_times, generate
+from llmserve_ref.planning.workload import Fixed, LogNormal, Uniform, arrival_times, generate
 
 
 def test_the_same_seed_gives_the_same_workload_and_another_seed_another():

@@ -1,7 +1,7 @@
 /*
  * KV cache calculator for the "KV cache size math" page.
  *
- * The core is pure functions that mirror llmserve_ref.kv_math one for one (the
+ * The core is pure functions that mirror llmserve_ref.planning.kv_math one for one (the
  * test suite runs them under Node against the Python for every catalog model).
  * A model config is an object with the fields of catalog_as_json(): num_layers,
  * num_attention_heads, num_kv_heads, head_dim, kv_lora_rank, qk_rope_head_dim,

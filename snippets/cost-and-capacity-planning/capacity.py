@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 
-from llmserve_ref.capacity import Load, lengths, plan
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model_catalog import model
-from llmserve_ref.simulator import SLO
+from llmserve_ref.planning.capacity import Load, lengths, plan
+from llmserve_ref.planning.hardware import gpu
+from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.simulator import SLO
 
 
 def main() -> None:

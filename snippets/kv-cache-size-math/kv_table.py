@@ -14,8 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
-from llmserve_ref.hardware import GPUS, gpu
-from llmserve_ref.kv_math import (
+from llmserve_ref.planning.hardware import GPUS, gpu
+from llmserve_ref.planning.kv_math import (
     DTYPE_BITS,
     ModelConfig,
     format_bytes,
@@ -28,7 +28,7 @@ from llmserve_ref.kv_math import (
     sequences_that_fit,
     weight_bytes,
 )
-from llmserve_ref.model_catalog import match_config
+from llmserve_ref.planning.model_catalog import match_config
 
 
 def kv_table(

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 
 from llmserve_ref.device import get_device
-from llmserve_ref.generate import generate
-from llmserve_ref.models import load_target
-from llmserve_ref.sampling import SamplingParams
+from llmserve_ref.model.generate import generate
+from llmserve_ref.model.sampling import SamplingParams
+from llmserve_ref.model.weights import load_target
 
 
 def main(prompt: str, max_new_tokens: int, temperature: float, seed: int | None) -> None:

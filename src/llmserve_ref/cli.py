@@ -1,6 +1,9 @@
 """The ``llmserve-ref`` command. Each subcommand is one small function that adds its parser.
 
-    llmserve-ref serve [--model tiny] [--host 127.0.0.1] [--port 8000]
+    llmserve-ref serve [--model tiny] [--host 127.0.0.1] [--port 8000] [--engine batched]
+                       [--max-num-seqs N] [--max-num-batched-tokens N] [--block-size N]
+                       [--[no-]enable-prefix-caching] [--max-model-len N]
+                       [--kv-cache-memory-bytes BYTES]
     llmserve-ref bench [--base-url URL] [--concurrency N | --request-rate R] ...
 
 A subcommand's function adds an argparse subparser and sets ``run`` to the
@@ -10,8 +13,11 @@ server's uvicorn, say) are not needed by another.
 
 >>> parser = build_parser()
 >>> args = parser.parse_args(["serve", "--port", "0"])
->>> args.model, args.host, args.port
-('tiny', '127.0.0.1', 0)
+>>> args.model, args.host, args.port, args.engine
+('tiny', '127.0.0.1', 0, 'batched')
+>>> engine_config(parser.parse_args(["serve", "--kv-cache-memory-bytes", "1GiB"]))
+EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, block_size=16, \
+enable_prefix_caching=True, max_model_len=None, kv_cache_memory_bytes=1073741824)
 """
 
 from __future__ import annotations
@@ -19,14 +25,27 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmserve_ref.engine import MODELS
+from llmserve_ref.engine.batched_engine import EngineConfig
+from llmserve_ref.model.weights import MODEL_DIRS
+
+UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def memory_bytes(text: str) -> int:
+    """Bytes from ``1073741824``, ``1GiB``, ``512MiB`` or ``4G`` (decimal), as vLLM reads them."""
+    number = text.rstrip("KkMmGgIiBb")
+    unit = text[len(number) :].lower().removesuffix("b") if text[len(number) :] else ""
+    unit = unit + "b" if unit.endswith("i") else unit
+    if unit not in UNITS or not number.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a byte count (try 1073741824 or 1GiB)")
+    return int(number) * UNITS[unit]
 
 
 def add_serve(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("serve", help="serve a tiny model over the OpenAI API")
     parser.add_argument(
         "--model",
-        choices=sorted(MODELS),
+        choices=sorted(MODEL_DIRS),
         default="tiny",
         help="tiny (the target model) or tiny-draft",
     )
@@ -40,18 +59,57 @@ def add_serve(commands: argparse._SubParsersAction) -> None:
         help="on SIGINT/SIGTERM, how long in-flight requests may still run",
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    parser.add_argument(
+        "--engine",
+        choices=["batched", "loop"],
+        default="batched",
+        help="batched: continuous batching on paged KV; loop: one forward pass per request",
+    )
+    engine = parser.add_argument_group("batched engine (vLLM's flags, same meaning)")
+    defaults = EngineConfig()
+    engine.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs)
+    engine.add_argument(
+        "--max-num-batched-tokens", type=int, default=defaults.max_num_batched_tokens
+    )
+    engine.add_argument("--block-size", type=int, default=defaults.block_size)
+    engine.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.enable_prefix_caching,
+    )
+    engine.add_argument("--max-model-len", type=int, default=None)
+    engine.add_argument(
+        "--kv-cache-memory-bytes",
+        type=memory_bytes,
+        default=defaults.kv_cache_memory_bytes,
+        help="KV cache size, e.g. 67108864 or 64MiB",
+    )
     parser.set_defaults(run=run_serve)
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    from llmserve_ref.server import serve
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
+        enable_prefix_caching=args.enable_prefix_caching,
+        max_model_len=args.max_model_len,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+    )
 
-    serve(args.model, args.host, args.port, args.shutdown_grace, args.log_level)
+
+def run_serve(args: argparse.Namespace) -> int:
+    from llmserve_ref.serving.server import serve
+
+    config = engine_config(args)
+    serve(
+        args.model, args.host, args.port, args.shutdown_grace, args.log_level, args.engine, config
+    )
     return 0
 
 
 def add_bench(commands: argparse._SubParsersAction) -> None:
-    # Its options belong to llmserve_ref.bench_client, which parses them (and --help) itself.
+    # Its options belong to serving.bench_client, which parses them (and --help) itself.
     parser = commands.add_parser(
         "bench",
         help="benchmark an OpenAI-compatible streaming endpoint",
@@ -63,7 +121,7 @@ def add_bench(commands: argparse._SubParsersAction) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from llmserve_ref.bench_client import cli
+    from llmserve_ref.serving.bench_client import cli
 
     cli(args.args)
     return 0

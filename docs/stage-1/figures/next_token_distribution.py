@@ -4,8 +4,8 @@ import torch
 from matplotlib.figure import Figure
 
 from llmserve_ref.device import get_device
-from llmserve_ref.measure import torch_threads
-from llmserve_ref.models import load_target
+from llmserve_ref.model.weights import load_target
+from llmserve_ref.planning.measure import torch_threads
 
 PROMPTS = ("Once upon a time, there was a", "One day, Mia found a")
 TOP = 10

@@ -3,10 +3,10 @@
 import torch
 from matplotlib.figure import Figure
 
-from llmserve_ref.attention_probe import attention_weights, capture_qkv
 from llmserve_ref.device import get_device
-from llmserve_ref.measure import torch_threads
-from llmserve_ref.models import load_target
+from llmserve_ref.model.attention_probe import attention_weights, capture_qkv
+from llmserve_ref.model.weights import load_target
+from llmserve_ref.planning.measure import torch_threads
 
 TEXT = "Once upon a time, there was a shy fox named Leo. One day, Leo found a red ball. Leo"
 HEADS = ((0, 5), (2, 3))  # (layer, query head)

@@ -4,9 +4,9 @@ import torch
 from matplotlib.figure import Figure
 
 from llmserve_ref.device import get_device
-from llmserve_ref.measure import torch_threads
-from llmserve_ref.models import load_target
-from llmserve_ref.sampling import min_p, temperature, top_k, top_p
+from llmserve_ref.model.sampling import min_p, temperature, top_k, top_p
+from llmserve_ref.model.weights import load_target
+from llmserve_ref.planning.measure import torch_threads
 
 PROMPT = "Once upon a time, there was a"
 SHOWN = 20  # the most likely tokens of the unchanged distribution, in its order

@@ -4,9 +4,9 @@ import torch
 from matplotlib.figure import Figure
 
 from llmserve_ref.device import get_device
-from llmserve_ref.measure import interleaved, torch_threads
-from llmserve_ref.models import load_target
-from llmserve_ref.phases import decode_step, recompute_step
+from llmserve_ref.model.weights import load_target
+from llmserve_ref.planning.measure import interleaved, torch_threads
+from llmserve_ref.planning.phases import decode_step, recompute_step
 
 CONTEXTS = (16, 32, 64, 128, 192, 255)
 

@@ -2,9 +2,9 @@
 
 from matplotlib.figure import Figure
 
-from llmserve_ref.hardware import GIB, gpu
-from llmserve_ref.kv_math import kv_bytes_per_sequence
-from llmserve_ref.model_catalog import model
+from llmserve_ref.planning.hardware import GIB, gpu
+from llmserve_ref.planning.kv_math import kv_bytes_per_sequence
+from llmserve_ref.planning.model_catalog import model
 
 FIGURE_MODELS = (
     "Llama-2-7B",

@@ -4,9 +4,9 @@ import torch
 from matplotlib.figure import Figure
 
 from llmserve_ref.device import get_device
-from llmserve_ref.measure import interleaved, torch_threads
-from llmserve_ref.models import load_target
-from llmserve_ref.phases import decode_step, prefill_step
+from llmserve_ref.model.weights import load_target
+from llmserve_ref.planning.measure import interleaved, torch_threads
+from llmserve_ref.planning.phases import decode_step, prefill_step
 
 PROMPT_LENS = (1, 4, 16, 64, 256)
 BATCHES = (1, 4, 16, 64)

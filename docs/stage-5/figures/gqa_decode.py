@@ -4,8 +4,8 @@ import torch
 from matplotlib.figure import Figure
 
 from llmserve_ref.device import get_device
-from llmserve_ref.gqa import repeated_kv_attention, shared_kv_attention
-from llmserve_ref.measure import interleaved, torch_threads
+from llmserve_ref.model.gqa import repeated_kv_attention, shared_kv_attention
+from llmserve_ref.planning.measure import interleaved, torch_threads
 
 # The target model's attention shape, at a batch and context where the cache dominates.
 BATCH, CONTEXT, LAYERS, HEADS, HEAD_DIM = 16, 1024, 4, 8, 32

@@ -2,9 +2,9 @@
 
 from matplotlib.figure import Figure
 
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model_catalog import model
-from llmserve_ref.roofline import StepCost, datasheet_roof, prefill_attention_pairs
+from llmserve_ref.planning.hardware import gpu
+from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.roofline import StepCost, datasheet_roof, prefill_attention_pairs
 
 FIGURE_GPUS = ("H100-SXM", "A100-SXM-80GB", "MI300X", "L4", "M4-Max")
 

@@ -3,11 +3,11 @@
 import numpy as np
 from matplotlib.figure import Figure
 
-from llmserve_ref.capacity import instance_pool
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model_catalog import model
-from llmserve_ref.simulator import SimResult, simulate
-from llmserve_ref.workload import Fixed, generate
+from llmserve_ref.planning.capacity import instance_pool
+from llmserve_ref.planning.hardware import gpu
+from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.simulator import SimResult, simulate
+from llmserve_ref.planning.workload import Fixed, generate
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 PROMPT, OUTPUT = 512, 256

@@ -2,13 +2,13 @@
 
 from matplotlib.figure import Figure
 
-from llmserve_ref.flash_attention import AttentionShape, naive_hbm_bytes, tiled_hbm_bytes
-from llmserve_ref.hardware import GIB
-from llmserve_ref.model_catalog import model
+from llmserve_ref.kernels.flash_attention import AttentionShape, naive_hbm_bytes, tiled_hbm_bytes
+from llmserve_ref.planning.hardware import GIB
+from llmserve_ref.planning.model_catalog import model
 
 
 def figure() -> Figure:
-    """Causal prefill of one sequence, bf16, every count from `llmserve_ref.flash_attention`."""
+    """Causal prefill of one sequence, bf16; every count from `kernels.flash_attention`."""
     cfg = model("Llama-3.1-8B").config
     contexts = [2**k for k in range(10, 18)]  # 1k ... 128k tokens
     shapes = [AttentionShape(1, cfg.num_attention_heads, cfg.num_kv_heads, n, n, cfg.head_dim)

@@ -4,11 +4,11 @@ from dataclasses import replace
 
 from matplotlib.figure import Figure
 
-from llmserve_ref.capacity import instance_pool
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model_catalog import model
-from llmserve_ref.simulator import simulate
-from llmserve_ref.workload import LogNormal, generate
+from llmserve_ref.planning.capacity import instance_pool
+from llmserve_ref.planning.hardware import gpu
+from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.simulator import simulate
+from llmserve_ref.planning.workload import LogNormal, generate
 
 SIGMAS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25)
 

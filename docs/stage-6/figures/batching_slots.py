@@ -4,11 +4,11 @@ from dataclasses import replace
 
 from matplotlib.figure import Figure
 
-from llmserve_ref.capacity import instance_pool
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model_catalog import model
-from llmserve_ref.simulator import SimResult, simulate
-from llmserve_ref.workload import LogNormal, generate
+from llmserve_ref.planning.capacity import instance_pool
+from llmserve_ref.planning.hardware import gpu
+from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.simulator import SimResult, simulate
+from llmserve_ref.planning.workload import LogNormal, generate
 
 SLOTS = 8
 WORKLOAD = generate(24, float("inf"), LogNormal(256, 0.5), LogNormal(40, 0.8, high=200), seed=3)

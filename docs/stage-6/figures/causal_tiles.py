@@ -4,7 +4,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
-from llmserve_ref.flash_attention import causal_mask
+from llmserve_ref.kernels.flash_attention import causal_mask
 
 Q_LEN, KV_LEN, BLOCK = 40, 100, 16
 

@@ -2,10 +2,10 @@
 
 from matplotlib.figure import Figure
 
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model_catalog import model
-from llmserve_ref.roofline import StepCost, prefill_attention_pairs
-from llmserve_ref.speculative import expected_speedup, expected_tokens_per_forward
+from llmserve_ref.engine.speculative import expected_speedup, expected_tokens_per_forward
+from llmserve_ref.planning.hardware import gpu
+from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.roofline import StepCost, prefill_attention_pairs
 
 GAMMAS = list(range(1, 11))
 ALPHAS = (0.5, 0.7, 0.8, 0.9)

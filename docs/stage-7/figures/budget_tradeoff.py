@@ -2,11 +2,11 @@
 
 from matplotlib.figure import Figure
 
-from llmserve_ref.capacity import instance_pool
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model_catalog import model
-from llmserve_ref.simulator import simulate
-from llmserve_ref.workload import LogNormal, generate
+from llmserve_ref.planning.capacity import instance_pool
+from llmserve_ref.planning.hardware import gpu
+from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.simulator import simulate
+from llmserve_ref.planning.workload import LogNormal, generate
 
 BUDGETS = (256, 512, 1024, 2048, 4096, 8192)
 

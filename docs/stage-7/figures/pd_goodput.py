@@ -2,11 +2,11 @@
 
 from matplotlib.figure import Figure
 
-from llmserve_ref.capacity import instance_pool
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model_catalog import model
-from llmserve_ref.simulator import SLO, SimResult, kv_transfer, simulate
-from llmserve_ref.workload import LogNormal, generate
+from llmserve_ref.planning.capacity import instance_pool
+from llmserve_ref.planning.hardware import gpu
+from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.simulator import SLO, SimResult, kv_transfer, simulate
+from llmserve_ref.planning.workload import LogNormal, generate
 
 LLAMA, H100 = model("Llama-3.1-8B"), gpu("H100-SXM")
 RATES = (10.0, 15.0, 20.0, 25.0)

@@ -4,11 +4,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from llmserve_ref.capacity import instance_pool
-from llmserve_ref.hardware import gpu
-from llmserve_ref.model_catalog import model
-from llmserve_ref.simulator import SimResult, simulate
-from llmserve_ref.workload import LogNormal, generate
+from llmserve_ref.planning.capacity import instance_pool
+from llmserve_ref.planning.hardware import gpu
+from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.simulator import SimResult, simulate
+from llmserve_ref.planning.workload import LogNormal, generate
 
 
 def timeline_run() -> SimResult:

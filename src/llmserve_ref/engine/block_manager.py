@@ -1,0 +1,411 @@
+"""The paged KV allocator: block ids, reference counts, block tables, and a prefix cache.
+
+The KV cache is cut into `num_blocks` blocks of `block_size` tokens
+(PagedAttention, Kwon et al., arXiv:2309.06180). A sequence's *block table* lists
+the blocks holding its keys and values, in order; position p of the sequence
+lives in slot ``p % block_size`` of block ``table[p // block_size]``. Blocks are
+taken one at a time as a sequence grows, so no memory is reserved for tokens
+that are never generated, and any free block serves any sequence, so the free
+memory never splits into pieces too small to use.
+
+This module only does the bookkeeping, with no tensors, so the same code serves
+the real engine (whose KV storage holds the tensors, indexed by these block
+ids) and the simulator (which sizes pools for GPUs it never allocates).
+
+* **Reference counts.** A block may sit in several tables: the prompt of an
+  ``n > 1`` request, or a prefix cached from an earlier request. A block is free
+  when its count drops to zero. A block held by more than one table, or
+  registered in the prefix cache, is never written in place: a sequence about
+  to write into one gets a private copy first (copy-on-write), and the copy is
+  listed in `pending_copies` for the engine to perform before the forward pass.
+* **Prefix caching.** A full block is keyed by its token ids chained with its
+  parent block's key (and, for the first block, a per-tenant salt), so a key
+  names the whole prefix up to the block's end. Keys go into a hash table;
+  a lookup compares the stored key, not just its hash, before reusing a block.
+* **LRU eviction.** A cached block whose count drops to zero keeps its
+  contents and stays findable; free blocks form one queue, empty ones in
+  front (taken first) and cached ones behind in the order they were freed
+  (evicted least-recently-used, and only when a free block is needed).
+
+>>> bm = BlockManager(num_blocks=4, block_size=4)
+>>> bm.allocate("a", token_ids=[1, 2, 3, 4, 5, 6], num_tokens=6)  # no cached prefix yet
+0
+>>> bm.table("a"), bm.num_free_blocks
+([0, 1], 2)
+>>> bm.cache_full_blocks("a", [1, 2, 3, 4, 5, 6], num_computed_tokens=6)  # block 0 is full
+>>> bm.free("a")
+>>> bm.allocate("b", token_ids=[1, 2, 3, 4, 9], num_tokens=5)  # same first 4 tokens
+4
+>>> bm.table("b")  # block 0 reused; block 1 was empty and is taken first
+[0, 1]
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# A block's prefix-cache key: its parent's key hash, its token ids, and the salt (first block).
+BlockKey = tuple[int | None, tuple[int, ...], str | None]
+
+
+class BlockError(ValueError):
+    """Bad use of the allocator: it refused and changed nothing."""
+
+
+# --8<-- [start:block]
+@dataclass(eq=False, slots=True)
+class Block:
+    """One block of KV memory: who holds it, and which tokens it caches (if any)."""
+
+    block_id: int
+    ref_count: int = 0
+    key: BlockKey | None = None  # set when the block is full and in the prefix cache
+
+    @property
+    def key_hash(self) -> int:
+        return hash(self.key)
+
+
+# --8<-- [end:block]
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks that hold `num_tokens` tokens.
+
+    >>> blocks_for(33, block_size=16)
+    3
+    """
+    return -(-num_tokens // block_size)
+
+
+class BlockManager:
+    """Block tables over a pool of reference-counted blocks, with a prefix cache."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = True,
+        max_blocks_per_table: int | None = None,
+    ) -> None:
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"num_blocks and block_size must be >= 1: {num_blocks}, {block_size}")
+        self.block_size = block_size
+        # The width of a block table: a sequence of the model's maximum length.
+        self.max_blocks_per_table = max_blocks_per_table or num_blocks
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        # Blocks with ref_count 0, in the order they will be taken: empty ones first.
+        self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks)
+        self.cached: dict[int, Block] = {}  # key hash -> the block that caches it
+        self.tables: dict[str, list[Block]] = {}
+        self.prefix_hashes: dict[str, list[int]] = {}  # per table: key hashes of its full blocks
+        self.pending_copies: list[tuple[int, int]] = []  # (source, destination) block ids
+        self._copy_sources: list[Block] = []  # held until the copies are done
+        self.num_queries = 0  # prompt tokens looked up in the prefix cache (vLLM counts tokens)
+        self.num_hits = 0  # ... and found there
+
+    # --8<-- [start:queries]
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks that can be handed out now: empty, or cached but held by no table."""
+        return len(self.free_queue)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
+
+    def table(self, seq_id: str) -> list[int]:
+        """The block ids of `seq_id`'s table, in order."""
+        return [b.block_id for b in self._table(seq_id)]
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return blocks_for(num_tokens, self.block_size)
+
+    # --8<-- [end:queries]
+
+    def _check_width(self, seq_id: str, num_tokens: int) -> None:
+        if self.blocks_for(num_tokens) > self.max_blocks_per_table:
+            raise BlockError(
+                f"sequence {seq_id!r} would need {self.blocks_for(num_tokens)} blocks for "
+                f"{num_tokens} tokens, past its table's capacity of {self.max_blocks_per_table} "
+                f"({self.max_blocks_per_table * self.block_size} tokens); stop it before that"
+            )
+
+    def _table(self, seq_id: str) -> list[Block]:
+        try:
+            return self.tables[seq_id]
+        except KeyError:
+            raise BlockError(
+                f"sequence {seq_id!r} holds no blocks: it was freed already, or never allocated"
+            ) from None
+
+    # --8<-- [start:pool]
+    def _take(self) -> Block:
+        """A free block for new contents: the front of the queue, evicted from the cache."""
+        _, block = self.free_queue.popitem(last=False)
+        if block.key is not None:  # the least recently used cached block: forget it
+            del self.cached[block.key_hash]
+            block.key = None
+        block.ref_count = 1
+        return block
+
+    def _hold(self, block: Block) -> None:
+        """One more table holds `block`; a cached block with no holder leaves the free queue."""
+        if block.ref_count == 0:
+            del self.free_queue[block.block_id]
+        block.ref_count += 1
+
+    def _release(self, block: Block) -> None:
+        """One table lets go of `block`; at zero it is free (cached ones stay findable)."""
+        block.ref_count -= 1
+        if block.ref_count == 0:
+            self.free_queue[block.block_id] = block  # at the back: evicted last
+            if block.key is None:
+                self.free_queue.move_to_end(block.block_id, last=False)  # empty: taken first
+
+    # --8<-- [end:pool]
+
+    # --8<-- [start:prefix]
+    def block_keys(
+        self,
+        token_ids: Sequence[int],
+        salt: str | None = None,
+        first: int = 0,
+        parent: int | None = None,
+    ) -> list[BlockKey]:
+        """The prefix-cache key of every full block of `token_ids`, from block `first` on.
+
+        Each key holds its parent's key hash (`parent`: that of block ``first - 1``),
+        so equal keys mean equal prefixes. The salt goes into the first block's
+        key, and through the chain into every later one.
+        """
+        size = self.block_size
+        keys: list[BlockKey] = []
+        for i in range(first, len(token_ids) // size):
+            key = (parent, tuple(token_ids[i * size : (i + 1) * size]), salt if i == 0 else None)
+            keys.append(key)
+            parent = hash(key)
+        return keys
+
+    def cached_prefix(self, token_ids: Sequence[int], salt: str | None = None) -> list[Block]:
+        """The longest run of leading full blocks of `token_ids` found in the cache."""
+        hits = []
+        if not self.enable_prefix_caching:
+            return hits
+        for key in self.block_keys(token_ids, salt):
+            block = self.cached.get(hash(key))
+            if block is None or block.key != key:  # a miss, or a hash collision
+                break
+            hits.append(block)
+        return hits
+
+    # --8<-- [end:prefix]
+
+    # --8<-- [start:allocate]
+    def _plan(
+        self, num_tokens: int, token_ids: Sequence[int] | None, salt: str | None, capacity: int
+    ) -> tuple[list[Block], int]:
+        """The cached blocks a new table would start with, and the free blocks it would take."""
+        hits = [] if token_ids is None else self.cached_prefix(token_ids[:num_tokens], salt)
+        idle_hits = sum(b.ref_count == 0 for b in hits)  # cached, but in the free queue
+        copy = int(len(hits) * self.block_size >= num_tokens)  # see allocate
+        return hits, self.blocks_for(capacity) - len(hits) + idle_hits + copy
+
+    def blocks_needed(
+        self,
+        num_tokens: int,
+        token_ids: Sequence[int] | None = None,
+        salt: str | None = None,
+        capacity: int | None = None,
+    ) -> int:
+        """Free blocks `allocate` would take (same arguments)."""
+        return self._plan(num_tokens, token_ids, salt, max(num_tokens, capacity or 0))[1]
+
+    def allocate(
+        self,
+        seq_id: str,
+        num_tokens: int,
+        token_ids: Sequence[int] | None = None,
+        salt: str | None = None,
+        capacity: int | None = None,
+    ) -> int:
+        """Give `seq_id` a table for `num_tokens` tokens; return how many are cached already.
+
+        `token_ids` (at least `num_tokens` of them) let leading full blocks be
+        found in the prefix cache and shared instead of recomputed. At least one
+        token is always left to compute (a forward pass needs an input to produce
+        the next logits), so a prompt found whole in the cache recomputes its
+        last token, in a private copy of its last block. `capacity` reserves
+        blocks for that many tokens up front (default: `num_tokens`).
+        """
+        if seq_id in self.tables:
+            raise BlockError(f"sequence {seq_id!r} already has a block table; free it first")
+        if num_tokens < 1:
+            raise BlockError(f"a sequence needs at least one token, got {num_tokens}")
+        capacity = max(num_tokens, capacity or 0)
+        self._check_width(seq_id, capacity)
+        hits, needed = self._plan(num_tokens, token_ids, salt, capacity)
+        if needed > self.num_free_blocks:
+            raise BlockError(
+                f"sequence {seq_id!r} needs {needed} free blocks, {self.num_free_blocks} are "
+                "free; check blocks_needed() first, or free (preempt) another sequence"
+            )
+        for block in hits:
+            self._hold(block)
+        table = hits + [self._take() for _ in range(self.blocks_for(capacity) - len(hits))]
+        self.tables[seq_id] = table
+        self.prefix_hashes[seq_id] = [hash(b.key) for b in hits]
+        num_cached = min(len(hits) * self.block_size, num_tokens - 1)
+        if token_ids is not None and self.enable_prefix_caching:
+            self.num_queries += num_tokens
+            self.num_hits += num_cached
+        self._make_writable(table, num_cached // self.block_size, self.blocks_for(num_tokens))
+        return num_cached
+
+    # --8<-- [end:allocate]
+
+    # --8<-- [start:append]
+    def slots_needed(self, seq_id: str, num_computed_tokens: int, num_tokens: int) -> int:
+        """Free blocks `append_slots` would take to write positions up to `num_tokens` - 1."""
+        table = self._table(seq_id)
+        new = max(0, self.blocks_for(num_tokens) - len(table))
+        first = num_computed_tokens // self.block_size
+        copies = sum(self._shared(b) for b in table[first : self.blocks_for(num_tokens)])
+        return new + copies
+
+    def append_slots(self, seq_id: str, num_computed_tokens: int, num_tokens: int) -> bool:
+        """Make positions ``num_computed_tokens .. num_tokens - 1`` of `seq_id` writable.
+
+        Adds blocks at the end of its table as needed, and copies any shared or
+        cached block those positions fall in. Returns False, changing nothing,
+        if there are not enough free blocks (the caller preempts someone).
+        """
+        if num_computed_tokens > num_tokens:
+            raise BlockError(f"num_computed_tokens {num_computed_tokens} > num_tokens {num_tokens}")
+        self._check_width(seq_id, num_tokens)
+        if self.slots_needed(seq_id, num_computed_tokens, num_tokens) > self.num_free_blocks:
+            return False
+        table = self.tables[seq_id]
+        table.extend(self._take() for _ in range(self.blocks_for(num_tokens) - len(table)))
+        first, end = num_computed_tokens // self.block_size, self.blocks_for(num_tokens)
+        self._make_writable(table, first, end)
+        return True
+
+    def _shared(self, block: Block) -> bool:
+        """Writing into `block` would change what another table or the cache sees."""
+        return block.ref_count > 1 or block.key is not None
+
+    def _make_writable(self, table: list[Block], first: int, end: int) -> None:
+        """Copy-on-write: swap each shared block of ``table[first:end]`` for a private copy.
+
+        Only the blocks about to be written: room reserved beyond them is copied (or
+        not) when it is written, and `slots_needed` counted exactly these.
+        """
+        for i in range(first, end):
+            source = table[i]
+            if not self._shared(source):
+                continue
+            table[i] = self._take()
+            self.pending_copies.append((source.block_id, table[i].block_id))
+            self._copy_sources.append(source)  # still held: nobody may reuse it before the copy
+
+    def copies_done(self) -> None:
+        """The engine has copied `pending_copies`: let go of the sources."""
+        for source in self._copy_sources:
+            self._release(source)
+        self.pending_copies.clear()
+        self._copy_sources.clear()
+
+    # --8<-- [end:append]
+
+    # --8<-- [start:cache]
+    def cache_full_blocks(
+        self,
+        seq_id: str,
+        token_ids: Sequence[int],
+        num_computed_tokens: int,
+        salt: str | None = None,
+    ) -> None:
+        """Enter `seq_id`'s newly full blocks (their keys and values computed) in the cache.
+
+        `token_ids` are the sequence's tokens, at least its first `num_computed_tokens`.
+        A block whose key is cached already (another sequence computed the same
+        prefix at the same time) is left out of the cache; it is freed as usual.
+        """
+        if not self.enable_prefix_caching:
+            return
+        table, hashes = self._table(seq_id), self.prefix_hashes[seq_id]
+        if len(token_ids) < num_computed_tokens:
+            raise BlockError(
+                f"sequence {seq_id!r}: {num_computed_tokens} tokens computed but only "
+                f"{len(token_ids)} token ids given; pass all of its tokens"
+            )
+        full = min(num_computed_tokens // self.block_size, len(table))
+        if full <= len(hashes):
+            return
+        parent = hashes[-1] if hashes else None
+        keys = self.block_keys(token_ids[: full * self.block_size], salt, len(hashes), parent)
+        for block, key in zip(table[len(hashes) : full], keys, strict=True):
+            if block.key is None and hash(key) not in self.cached:
+                block.key = key
+                self.cached[hash(key)] = block
+            hashes.append(hash(key))
+
+    # --8<-- [end:cache]
+
+    # --8<-- [start:free]
+    def fork(self, parent_id: str, child_id: str) -> None:
+        """Give `child_id` the same blocks as `parent_id` (the ``n`` samples of one prompt)."""
+        if child_id in self.tables:
+            raise BlockError(f"sequence {child_id!r} already has a block table; free it first")
+        table = self._table(parent_id)
+        for block in table:
+            self._hold(block)
+        self.tables[child_id] = list(table)
+        self.prefix_hashes[child_id] = list(self.prefix_hashes[parent_id])
+
+    def free(self, seq_id: str) -> None:
+        """Let go of every block of `seq_id`'s table, the last block first.
+
+        Freed in reverse, the blocks at the end of a sequence are evicted before
+        its beginning, which is the part other requests are likeliest to share.
+        """
+        table = self._table(seq_id)
+        del self.tables[seq_id], self.prefix_hashes[seq_id]
+        self._cancel_copies(table)
+        for block in reversed(table):
+            self._release(block)
+
+    def _cancel_copies(self, table: list[Block]) -> None:
+        """Drop the pending copies into blocks of a table being freed: once free, a
+        destination may go to another sequence before the engine runs the copies."""
+        freed = {b.block_id for b in table}
+        keep = [i for i, (_, dst) in enumerate(self.pending_copies) if dst not in freed]
+        for i in set(range(len(self.pending_copies))) - set(keep):
+            self._release(self._copy_sources[i])
+        self.pending_copies = [self.pending_copies[i] for i in keep]
+        self._copy_sources = [self._copy_sources[i] for i in keep]
+
+    # --8<-- [end:free]
+
+    def check(self) -> None:
+        """Assert the invariants (tests call it after every operation)."""
+        holders: dict[int, int] = {}
+        for table in self.tables.values():
+            for block in table:
+                holders[block.block_id] = holders.get(block.block_id, 0) + 1
+        for source in self._copy_sources:
+            holders[source.block_id] = holders.get(source.block_id, 0) + 1
+        for block in self.blocks:
+            assert block.ref_count == holders.get(block.block_id, 0), block
+            assert (block.ref_count == 0) == (block.block_id in self.free_queue), block
+        for key_hash, block in self.cached.items():
+            assert block.key is not None and hash(block.key) == key_hash, block
+        assert sum(b.key is not None for b in self.blocks) == len(self.cached)

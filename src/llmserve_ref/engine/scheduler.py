@@ -1,0 +1,479 @@
+"""A batching scheduler: token budget, chunked prefill, paged KV blocks, preemption.
+
+Every step of a serving engine runs one forward pass over a batch of tokens, and
+the scheduler decides which: for each running request one decode token or a chunk
+of its prompt, for each waiting request whether it may start. Two limits bind a
+step, with vLLM's names: `token_budget` (vLLM's `max_num_batched_tokens`), the
+tokens in one forward pass, and `max_num_seqs`, the requests running at once. A
+prompt longer than what is left of the budget is split across steps (chunked
+prefill, Sarathi-Serve, arXiv:2403.02310).
+
+The KV cache is `num_blocks` blocks of `block_size` tokens (PagedAttention,
+arXiv:2309.06180), handed out by a `BlockManager`, which keeps each request's
+block table and, when requests carry their token ids, a prefix cache. When
+decoding needs a block and none is free, the newest running request is
+preempted by recompute: its blocks are freed, its `num_computed_tokens` drops to
+what the prefix cache still holds, and it returns to the front of the waiting
+queue, keeping the tokens it has generated. It comes back only when blocks for
+its whole length fit, and holds them until it finishes, so no request is
+preempted twice.
+
+The scheduler counts tokens and never sees a model, so the same code drives the
+simulator (`llmserve_ref.planning.simulator`) and a real engine: call
+`schedule()`, run the model on the scheduled tokens, call `update_from_output()`.
+
+>>> s = Scheduler(SchedulerConfig(token_budget=8, max_num_seqs=4, block_size=4, num_blocks=8))
+>>> a = Request("a", prompt_len=10, max_tokens=3)
+>>> s.add_request(a)
+>>> while s.has_unfinished_requests():
+...     out = s.schedule()
+...     sampled = s.update_from_output(out)
+...     print(out.num_scheduled_tokens, a.num_output_tokens, s.block_table(a))
+{'a': 8} 0 [0, 1, 2]
+{'a': 2} 1 [0, 1, 2]
+{'a': 1} 2 [0, 1, 2]
+{'a': 1} 3 []
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from llmserve_ref.engine.block_manager import BlockManager, blocks_for
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+# --8<-- [start:request]
+@dataclass(eq=False, slots=True)
+class Request:
+    """One request, counted in tokens.
+
+    `num_computed_tokens` is how many of its tokens (prompt, then outputs) have
+    their keys and values in the cache. While it is below `num_tokens - 1` the
+    request is prefilling; at `num_tokens - 1` it is decoding (the newest output
+    token is the only one not yet fed back). The step that brings it level with
+    `num_tokens` samples a new token.
+
+    A real engine passes `token_ids` (the prompt; sampled tokens are appended),
+    which lets the prefix cache share blocks, salted per tenant by `cache_salt`.
+    A simulated request has no token ids and shares nothing. `n` is the number
+    of sequences it becomes once its prompt is computed (OpenAI's ``n``): they
+    share the prompt's blocks, and each takes a seat from admission on.
+    """
+
+    request_id: str
+    prompt_len: int
+    max_tokens: int
+    token_ids: list[int] | None = None
+    cache_salt: str | None = None
+    n: int = 1
+    num_computed_tokens: int = 0
+    num_output_tokens: int = 0
+    status: RequestStatus = RequestStatus.WAITING
+    num_preemptions: int = 0
+    num_skips: int = 0  # times a later request was admitted ahead of it
+    reserved: bool = False  # holds blocks for its whole length: it never grows or is preempted
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_len + self.num_output_tokens
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.num_output_tokens > 0 and self.num_computed_tokens == self.num_tokens - 1
+
+
+# --8<-- [end:request]
+
+
+# --8<-- [start:config]
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The knobs of one engine instance.
+
+    `batching`: "continuous" admits a request whenever a slot and its blocks are
+    free; "static" forms a batch only when the running set is empty and lets it
+    run until its longest member finishes, reserving every member's blocks for
+    its whole length (`prompt_len + max_tokens`) up front, as engines with
+    fixed-shape batches did.
+
+    `priority`: "decode" gives every running decode its token before any prompt
+    chunk (stall-free batching, Sarathi-Serve; vLLM's default); "prefill" serves
+    prompt chunks and new requests first and gives decodes what is left.
+
+    `watermark`: the fraction of blocks that must stay free after a continuous
+    admission (vLLM v0 used 0.01), room for running requests to grow into.
+
+    `max_skips`: 0 is strict first-come-first-served: a waiting request whose
+    blocks do not fit stops admission behind it. With k > 0, later requests may
+    be admitted ahead of it, but only k times; then it blocks until it fits.
+    """
+
+    token_budget: int = 2048
+    max_num_seqs: int = 256
+    block_size: int = 16
+    num_blocks: int = 4096
+    batching: Literal["continuous", "static"] = "continuous"
+    priority: Literal["decode", "prefill"] = "decode"
+    watermark: float = 0.01
+    max_skips: int = 0
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("token_budget", "max_num_seqs", "block_size", "num_blocks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.token_budget < self.max_num_seqs:
+            raise ValueError(
+                f"token_budget {self.token_budget} < max_num_seqs {self.max_num_seqs}: a step "
+                "could not give every running request its decode token; raise token_budget"
+            )
+        if self.batching not in ("continuous", "static"):
+            raise ValueError(f"batching is 'continuous' or 'static', got {self.batching!r}")
+        if self.priority not in ("decode", "prefill"):
+            raise ValueError(f"priority is 'decode' or 'prefill', got {self.priority!r}")
+        if not 0 <= self.watermark < 1:
+            raise ValueError(f"watermark is a fraction in [0, 1), got {self.watermark}")
+        if self.max_skips < 0:
+            raise ValueError(f"max_skips must be 0 or more, got {self.max_skips}")
+
+    @property
+    def watermark_blocks(self) -> int:
+        return int(self.watermark * self.num_blocks)
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks that hold `num_tokens` tokens.
+
+        >>> SchedulerConfig(block_size=16).blocks_for(33)
+        3
+        """
+        return blocks_for(num_tokens, self.block_size)
+
+
+# --8<-- [end:config]
+
+
+def pairs(num_tokens: int, num_cached: int) -> int:
+    """(query, key) pairs `num_tokens` new tokens score after `num_cached` cached ones, causally.
+
+    >>> pairs(1, 99), pairs(4, 0)  # a decode token; a 4-token prompt
+    (100, 10)
+    """
+    return num_tokens * num_cached + num_tokens * (num_tokens + 1) // 2
+
+
+@dataclass
+class SchedulerOutput:
+    """What one step runs: tokens per request id, and who was preempted to make room.
+
+    With the token count, the two sums a step-time model needs (as
+    `llmserve_ref.planning.roofline.StepCost.step_time` takes them): `kv_tokens_read`, the
+    cached tokens the scheduled requests attend to, and `attention_pairs`, the
+    (query, key) pairs their causal attention scores.
+    """
+
+    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
+    preempted: list[str] = field(default_factory=list)
+    total_num_scheduled_tokens: int = 0
+    kv_tokens_read: int = 0
+    attention_pairs: int = 0
+    scheduled: dict[str, Request] = field(default_factory=dict, repr=False)
+    # Copy-on-write: (source, destination) blocks the engine copies before the forward pass.
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
+
+    def add(self, request: Request, num_tokens: int) -> None:
+        self.scheduled[request.request_id] = request
+        self.num_scheduled_tokens[request.request_id] = num_tokens
+        self.total_num_scheduled_tokens += num_tokens
+        self.kv_tokens_read += request.num_computed_tokens
+        self.attention_pairs += pairs(num_tokens, request.num_computed_tokens)
+
+    def remove(self, request: Request) -> None:
+        num_tokens = self.num_scheduled_tokens.pop(request.request_id, 0)
+        if num_tokens:
+            del self.scheduled[request.request_id]
+            self.total_num_scheduled_tokens -= num_tokens
+            self.kv_tokens_read -= request.num_computed_tokens
+            self.attention_pairs -= pairs(num_tokens, request.num_computed_tokens)
+
+
+class Scheduler:
+    """A waiting queue, a running list in admission order, and a pool of KV blocks."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        max_model_len: int | None = None,
+        block_manager: BlockManager | None = None,
+    ) -> None:
+        """`block_manager` is any allocator with `BlockManager`'s methods (default: one)."""
+        self.config = config
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        width = None if max_model_len is None else config.blocks_for(max_model_len)
+        self.block_manager = block_manager or BlockManager(
+            config.num_blocks, config.block_size, config.enable_prefix_caching, width
+        )
+        self.num_preemptions = 0
+
+    # --8<-- [start:add_request]
+    def add_request(self, request: Request) -> None:
+        """Queue a request, or refuse one that could never run.
+
+        A request whose whole sequence needs more blocks than the pool has would
+        wait forever at the head of the queue and block everyone behind it, so it
+        is refused here, with what to change.
+        """
+        if request.prompt_len < 1 or request.max_tokens < 1:
+            raise ValueError(
+                f"request {request.request_id!r}: prompt_len and max_tokens must be at least 1, "
+                f"got {request.prompt_len} and {request.max_tokens}"
+            )
+        if not request.num_output_tokens < request.max_tokens:
+            raise ValueError(f"request {request.request_id!r} has already generated max_tokens")
+        if not 0 <= request.num_computed_tokens < request.num_tokens:
+            raise ValueError(
+                f"request {request.request_id!r}: num_computed_tokens must be in "
+                f"[0, {request.num_tokens}), got {request.num_computed_tokens}"
+            )
+        needed = self.config.blocks_for(request.prompt_len + request.max_tokens)
+        if request.token_ids is not None and len(request.token_ids) != request.num_tokens:
+            raise ValueError(
+                f"request {request.request_id!r} has {len(request.token_ids)} token ids for "
+                f"{request.num_tokens} tokens (prompt_len + num_output_tokens)"
+            )
+        if request.n < 1 or request.n > self.config.max_num_seqs:
+            raise ValueError(
+                f"request {request.request_id!r}: n={request.n} sequences must be between 1 and "
+                f"max_num_seqs ({self.config.max_num_seqs})"
+            )
+        if needed > self.config.num_blocks:
+            raise ValueError(
+                f"request {request.request_id!r} needs {needed} KV blocks for "
+                f"{request.prompt_len} prompt + {request.max_tokens} max_tokens at block_size "
+                f"{self.config.block_size}, but the whole cache has {self.config.num_blocks}; "
+                "shorten the prompt or max_tokens, or give the cache more blocks"
+            )
+        request.status = RequestStatus.WAITING
+        self.waiting.append(request)
+
+    # --8<-- [end:add_request]
+
+    # --8<-- [start:schedule]
+    def schedule(self) -> SchedulerOutput:
+        """Pick this step's tokens: decodes, prompt chunks and admissions, in priority order."""
+        out = SchedulerOutput()
+        if self.config.priority == "decode":
+            self._schedule_decodes(out)
+            self._schedule_prefills(out)
+            self._admit(out)
+        else:
+            self._schedule_prefills(out)
+            self._admit(out)
+            self._schedule_decodes(out)
+        out.blocks_to_copy = list(self.block_manager.pending_copies)
+        return out
+
+    def _budget_left(self, out: SchedulerOutput) -> int:
+        return self.config.token_budget - out.total_num_scheduled_tokens
+
+    def _schedule_decodes(self, out: SchedulerOutput) -> None:
+        for request in list(self.running):  # oldest first; preemption shrinks the list
+            if request.status is not RequestStatus.RUNNING or not request.is_decoding:
+                continue
+            if self._budget_left(out) == 0:
+                return
+            if self._grow(request, out):
+                out.add(request, 1)
+
+    def _schedule_prefills(self, out: SchedulerOutput) -> None:
+        for request in self.running:
+            if request.is_decoding:
+                continue
+            chunk = min(request.num_tokens - request.num_computed_tokens, self._budget_left(out))
+            if chunk == 0:
+                return
+            out.add(request, chunk)
+
+    # --8<-- [end:schedule]
+
+    # --8<-- [start:admit]
+    def _admit(self, out: SchedulerOutput) -> None:
+        """Move waiting requests to running while a slot, the budget and their blocks allow."""
+        static = self.config.batching == "static"
+        if static and self.running:
+            return  # a static batch runs until its last member finishes
+        blocks = self.block_manager
+        skipped: list[Request] = []
+        while self.waiting:
+            if not static and self._budget_left(out) == 0:
+                break  # a static batch forms at once; its prompts may start in later steps
+            request = self.waiting[0]
+            if self.num_seats + request.n > self.config.max_num_seqs:
+                break
+            capacity = self._capacity(request)
+            needed = blocks.blocks_needed(
+                request.num_tokens, request.token_ids, request.cache_salt, capacity
+            )
+            headroom = self.config.watermark_blocks if self.running and not static else 0
+            if needed + headroom > blocks.num_free_blocks:
+                if request.num_skips >= self.config.max_skips:
+                    break  # head-of-line: nobody behind it goes first
+                request.num_skips += 1
+                skipped.append(self.waiting.popleft())
+                continue
+            self.waiting.popleft()
+            cached = blocks.allocate(
+                request.request_id,
+                request.num_tokens,
+                request.token_ids,
+                request.cache_salt,
+                capacity,
+            )
+            # A request handed over with its KV cache (disaggregated serving) keeps its count.
+            request.num_computed_tokens = max(request.num_computed_tokens, cached)
+            request.reserved = capacity > request.num_tokens
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            chunk = min(request.num_tokens - request.num_computed_tokens, self._budget_left(out))
+            if chunk:
+                out.add(request, chunk)
+        self.waiting.extendleft(reversed(skipped))
+
+    def _capacity(self, request: Request) -> int:
+        """Tokens to hold blocks for at admission: its whole length if it must never grow.
+
+        A static batch never grows. A request coming back from a preemption would,
+        newest in the running list, be the first victim of the next shortage, and
+        could be admitted and thrown out again and again; holding its whole
+        length, it is never preempted again.
+        """
+        if self.config.batching == "static" or request.num_preemptions:
+            return request.prompt_len + request.max_tokens
+        return request.num_tokens
+
+    # --8<-- [end:admit]
+
+    # --8<-- [start:preempt]
+    def _grow(self, request: Request, out: SchedulerOutput) -> bool:
+        """Give a decoding request room for its next token, preempting if no block is free.
+
+        The victim is the newest running request that holds no reservation,
+        possibly `request` itself, so the oldest running request is never
+        preempted and always makes progress. Returns whether `request` still runs.
+        """
+        blocks = self.block_manager
+        while not blocks.append_slots(
+            request.request_id, request.num_computed_tokens, request.num_tokens
+        ):
+            victim = next((r for r in reversed(self.running) if not r.reserved), None)
+            if victim is None:
+                raise RuntimeError(f"no running request can be preempted for {request!r}")
+            self._preempt(victim, out)
+            if victim is request:
+                return False
+        return True
+
+    def _preempt(self, request: Request, out: SchedulerOutput) -> None:
+        """Recompute preemption: drop its cache, keep its outputs, queue it first."""
+        out.remove(request)  # it may already hold a chunk of this step
+        self.running.remove(request)
+        self.block_manager.free(request.request_id)
+        request.num_computed_tokens = 0
+        request.status = RequestStatus.WAITING
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(request)
+        out.preempted.append(request.request_id)
+
+    # --8<-- [end:preempt]
+
+    # --8<-- [start:update]
+    def update_from_output(
+        self, out: SchedulerOutput, sampled_token_ids: Mapping[str, int] | None = None
+    ) -> list[Request]:
+        """Advance the scheduled requests after the forward pass; return those that sampled.
+
+        A request whose computed tokens reach its length samples one token (its id in
+        `sampled_token_ids`, for requests that carry token ids); one that reaches
+        `max_tokens` finishes and frees its blocks. Its full blocks enter the prefix
+        cache as soon as they are computed.
+        """
+        self.block_manager.copies_done()
+        sampled = []
+        finished = False
+        for request_id, num_tokens in out.num_scheduled_tokens.items():
+            request = out.scheduled[request_id]
+            request.num_computed_tokens += num_tokens
+            if request.token_ids is not None:
+                self.block_manager.cache_full_blocks(
+                    request_id, request.token_ids, request.num_computed_tokens, request.cache_salt
+                )
+            if request.num_computed_tokens == request.num_tokens:
+                if request.token_ids is not None:
+                    request.token_ids.append(sampled_token_ids[request_id])
+                request.num_output_tokens += 1
+                sampled.append(request)
+                if request.num_output_tokens == request.max_tokens:
+                    request.status = RequestStatus.FINISHED
+                    self.block_manager.free(request_id)
+                    finished = True
+        if finished:
+            self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
+        return sampled
+
+    # --8<-- [end:update]
+
+    # --8<-- [start:finish]
+    def finish(self, request: Request) -> None:
+        """End `request` now (a stop token, a stop string, a client gone): free its blocks."""
+        if request.status is RequestStatus.RUNNING:
+            self.running.remove(request)
+            self.block_manager.free(request.request_id)
+        elif request.status is RequestStatus.WAITING:
+            self.waiting.remove(request)
+        request.status = RequestStatus.FINISHED
+
+    def fork(self, parent: Request, child: Request) -> None:
+        """Start `child`, another sample of `parent`'s prompt, on `parent`'s blocks.
+
+        Call it when `parent` has sampled its first token, with `child` holding the
+        same prompt and its own first token. The two share every block; the first
+        to write into the shared, partly filled last block copies it first.
+        """
+        if parent.status is not RequestStatus.RUNNING or parent.num_output_tokens != 1:
+            raise ValueError(f"fork {parent.request_id!r} right after its first token")
+        child.num_computed_tokens = parent.num_computed_tokens
+        child.num_output_tokens = 1
+        child.status = RequestStatus.RUNNING
+        self.block_manager.fork(parent.request_id, child.request_id)
+        self.running.append(child)
+
+    # --8<-- [end:finish]
+
+    def block_table(self, request: Request) -> list[int]:
+        """The block ids holding `request`'s keys and values ([] while it holds none)."""
+        if request.request_id not in self.block_manager.tables:
+            return []
+        return self.block_manager.table(request.request_id)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.block_manager.num_free_blocks
+
+    @property
+    def num_seats(self) -> int:
+        """Seats taken in the running set: a request that will fork into n takes n."""
+        return sum(r.n for r in self.running)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.waiting or self.running)

@@ -1,0 +1,1 @@
+"""Kernels: attention as functions on tensors (PyTorch references and Triton kernels)."""

@@ -1,0 +1,83 @@
+"""The generation loop: prefill the prompt once, then decode one token per step.
+
+Autoregressive generation is a loop. The first forward pass reads the whole
+prompt (prefill) and fills the KV cache; its last position's logits give the
+first new token. Each later step feeds only the newest token (decode), which
+attends to everything in the cache. The samplers turn logits into a token; the
+loop stops at a stop token or after `max_new_tokens`.
+
+`generate` is a Python generator: it yields each token id the moment it is
+chosen, which is what lets a server stream tokens to a client. A stop token is
+yielded too (so the caller can tell why it ended) and then the loop ends.
+It serves one sequence; batching is the scheduler's job on later pages.
+
+>>> import torch
+>>> from llmserve_ref.model.llama import Llama, ModelConfig
+>>> _ = torch.manual_seed(0)
+>>> model = Llama(ModelConfig(vocab_size=16, hidden_size=16, intermediate_size=32,
+...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)).to("cpu")
+>>> tokens = list(generate(model, [1, 2, 3], SamplingParams(temperature=0), max_new_tokens=5))
+>>> len(tokens)
+5
+>>> tokens == list(generate(model, [1, 2, 3], SamplingParams(temperature=0), max_new_tokens=5))
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Sequence
+
+import torch
+
+from llmserve_ref.model.llama import Llama
+from llmserve_ref.model.sampling import SamplingParams, next_token
+
+
+# --8<-- [start:generate]
+@torch.inference_mode()
+def generate(
+    model: Llama,
+    prompt_ids: Sequence[int],
+    params: SamplingParams | None = None,
+    max_new_tokens: int = 64,
+    stop_token_ids: Collection[int] = (),
+    generator: torch.Generator | None = None,
+) -> Iterator[int]:
+    """Yield up to `max_new_tokens` token ids that continue `prompt_ids`.
+
+    Sampling uses `generator`, or a fresh one seeded with ``params.seed`` (on the
+    model's device), or torch's global generator if neither is given. With
+    ``params.temperature == 0`` the choice is greedy and no randomness is used.
+    """
+    params = params or SamplingParams()
+    if not prompt_ids:
+        raise ValueError("prompt_ids is empty: start it with at least the <|bos|> token")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    # The last new token is yielded but never fed back, so it needs no position.
+    positions = len(prompt_ids) + max_new_tokens - 1
+    if positions > model.config.max_position_embeddings:
+        raise ValueError(
+            f"{len(prompt_ids)} prompt tokens + {max_new_tokens} new tokens need "
+            f"{positions} positions, but the model's max_position_embeddings is "
+            f"{model.config.max_position_embeddings}"
+        )
+    device = model.device
+    if generator is None and params.seed is not None:
+        generator = torch.Generator(device=device).manual_seed(params.seed)
+
+    prompt = torch.tensor([list(prompt_ids)], device=device)
+    cache = model.make_cache(batch_size=1, max_len=positions)
+    logits = model(prompt, cache)[:, -1]  # prefill: the whole prompt in one pass
+    output: list[int] = []
+    while True:
+        output_ids = torch.tensor([output], dtype=torch.long, device=device)
+        token = next_token(logits, params, prompt, output_ids, generator)
+        output.append(token)
+        yield token
+        if token in stop_token_ids or len(output) == max_new_tokens:
+            return
+        logits = model(torch.tensor([[token]], device=device), cache)[:, -1]  # decode
+
+
+# --8<-- [end:generate]

@@ -1,0 +1,392 @@
+"""A Llama-architecture decoder, small enough to read in one sitting.
+
+The pieces, bottom up, one class each:
+
+* `RMSNorm` scales each vector to unit root-mean-square, then by a learned gain.
+* `RotaryEmbedding` encodes position by rotating pairs of query/key features
+  by an angle proportional to the position (RoPE), so attention scores depend
+  on the distance between tokens.
+* `Attention` is causal self-attention with grouped-query attention (GQA):
+  ``num_attention_heads`` query heads share ``num_key_value_heads`` K/V heads,
+  which shrinks the KV cache by their ratio. One K/V head is MQA; as many as
+  query heads is plain multi-head attention.
+* `MLP` is SwiGLU: ``down(silu(gate(x)) * up(x))``.
+* `Block` is pre-norm: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
+* `Llama` embeds tokens, runs the blocks, normalizes and projects to logits.
+
+`Llama.forward` takes only the *new* tokens plus an optional `KVCache`. The
+same code path serves prefill (the whole prompt at once) and decode (one token
+per step): positions start where the cache ends, and the causal mask lets query
+i see keys up to its own position, also when there are more keys than queries.
+
+Parameter names are those of Hugging Face's ``LlamaForCausalLM``
+(``model.layers.0.self_attn.q_proj.weight`` ...), and `save_pretrained` writes
+``config.json`` + ``model.safetensors`` that ``transformers`` loads as is.
+
+>>> import torch
+>>> config = ModelConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+...                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+>>> model = Llama(config)
+>>> model(torch.tensor([[1, 2, 3]])).shape
+torch.Size([1, 3, 32])
+>>> model.make_cache(batch_size=1, max_len=8).nbytes
+1024
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from llmserve_ref.device import get_device
+from llmserve_ref.kernels.grouped_attention import grouped_attention
+from llmserve_ref.model.kv_cache import KVCache, kv_elements
+
+
+# --8<-- [start:config]
+@dataclass
+class ModelConfig:
+    """Model shape, with the field names of Hugging Face's ``LlamaConfig``."""
+
+    vocab_size: int = 1024
+    hidden_size: int = 256
+    intermediate_size: int = 688
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 1024
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = True
+    head_dim: int | None = None
+    bos_token_id: int = 0
+    eos_token_id: int = 1
+
+    def __post_init__(self) -> None:
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads}): each K/V head serves "
+                f"a whole group of query heads"
+            )
+
+    def to_hf_dict(self, dtype: torch.dtype = torch.float32) -> dict:
+        """The ``config.json`` contents ``transformers.LlamaForCausalLM`` expects."""
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            **asdict(self),
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "mlp_bias": False,
+            "rope_scaling": None,
+            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
+            "torch_dtype": str(dtype).removeprefix("torch."),
+            "use_cache": True,
+        }
+
+    def kv_bytes_per_token(self, dtype: torch.dtype = torch.float32) -> int:
+        """Bytes the KV cache of one sequence grows by per token, over all layers."""
+        per_layer = kv_elements(self.num_key_value_heads, self.head_dim)
+        return self.num_hidden_layers * per_layer * dtype.itemsize
+
+    @classmethod
+    def from_hf_dict(cls, config: dict) -> ModelConfig:
+        """Read the fields we use from a ``config.json`` dict; ignore the rest."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in config.items() if k in names})
+
+
+# --8<-- [end:config]
+
+
+# --8<-- [start:rmsnorm]
+class RMSNorm(nn.Module):
+    """``x / sqrt(mean(x²) + eps) * weight``, computed in float32 as Llama does."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+# --8<-- [end:rmsnorm]
+
+
+# --8<-- [start:rotate_half]
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """Swap the two halves of the last dim and negate the new first half: (a, b) → (-b, a).
+
+    Pairing feature i with feature i + head_dim/2 (not 2i with 2i+1) is the
+    Hugging Face Llama convention; using it lets their weights load unchanged.
+    """
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+# --8<-- [end:rotate_half]
+
+
+# --8<-- [start:rope]
+class RotaryEmbedding(nn.Module):
+    """Cosines and sines of ``position × θ^(-2i/d)`` for every position up to a maximum."""
+
+    def __init__(self, head_dim: int, max_positions: int, theta: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        angles = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)  # [max_positions, head_dim]
+        # Not parameters and not saved: they are a fixed function of the config.
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Rotate `x` (``[batch, heads, T, head_dim]``) to its `positions` (``[T]``)."""
+        cos, sin = self.cos[positions].to(x.dtype), self.sin[positions].to(x.dtype)
+        return x * cos + rotate_half(x) * sin
+
+
+# --8<-- [end:rope]
+
+
+# --8<-- [start:kv_store]
+class KVStore(Protocol):
+    """Where a forward pass keeps keys and values: a `KVCache`, or the engine's paged blocks.
+
+    The model asks only two things of it, so that the same model code runs one
+    sequence with a contiguous cache and many sequences packed into one batch
+    over paged KV (`llmserve_ref.engine.model_runner`).
+    """
+
+    def positions(self, num_tokens: int) -> torch.Tensor:
+        """The positions of the `num_tokens` new tokens, ``[num_tokens]``."""
+        ...
+
+    def attend(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
+        """Store the new `k`, `v` of `layer`; return the attention of `q` over all keys so far."""
+        ...
+
+
+# --8<-- [end:kv_store]
+
+
+# --8<-- [start:attention]
+class Attention(nn.Module):
+    """Causal grouped-query self-attention, reading and writing an optional KV cache."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        hidden = config.hidden_size
+        q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(hidden, q_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, kv_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, kv_dim, bias=False)
+        self.o_proj = nn.Linear(q_dim, hidden, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: RotaryEmbedding,
+        positions: torch.Tensor,
+        cache: KVStore | None,
+        layer: int,
+    ) -> torch.Tensor:
+        batch, T, _ = x.shape
+        q = self.q_proj(x).view(batch, T, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(batch, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(batch, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = rope(q, positions), rope(k, positions)
+        if cache is None:  # no past: the T tokens attend to each other
+            out = grouped_attention(q, k, v, positions)
+        else:  # store k, v; attend over every position so far
+            out = cache.attend(layer, q, k, v, positions)
+        return self.o_proj(out.transpose(1, 2).flatten(2))
+
+
+# --8<-- [end:attention]
+
+
+# --8<-- [start:mlp]
+class MLP(nn.Module):
+    """SwiGLU feed-forward: ``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+# --8<-- [end:mlp]
+
+
+# --8<-- [start:block]
+class Block(nn.Module):
+    """One pre-norm transformer layer: attention then MLP, each with a residual."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: RotaryEmbedding,
+        positions: torch.Tensor,
+        cache: KVStore | None,
+        layer: int,
+    ) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, positions, cache, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+# --8<-- [end:block]
+
+
+# --8<-- [start:llama]
+class Llama(nn.Module):
+    """The decoder: token ids in, next-token logits out, at every input position."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        # Named like LlamaForCausalLM's `model` submodule, so state_dict keys match.
+        self.model = nn.ModuleDict(
+            {
+                "embed_tokens": nn.Embedding(config.vocab_size, config.hidden_size),
+                "layers": nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers)),
+                "norm": RMSNorm(config.hidden_size, config.rms_norm_eps),
+            }
+        )
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model["embed_tokens"].weight
+        self.rope = RotaryEmbedding(
+            config.head_dim, config.max_position_embeddings, config.rope_theta
+        )
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """Normal(0, 0.02), Llama's `initializer_range`; norms start at 1."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    def num_parameters(self) -> int:
+        """Distinct parameters (a tied embedding counts once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def make_cache(self, batch_size: int, max_len: int) -> KVCache:
+        """An empty KV cache shaped for this model, on its device and in its dtype."""
+        c = self.config
+        if max_len > c.max_position_embeddings:
+            raise ValueError(
+                f"a cache of {max_len} positions is longer than the model's "
+                f"max_position_embeddings ({c.max_position_embeddings})"
+            )
+        return KVCache(
+            c.num_hidden_layers,
+            batch_size,
+            c.num_key_value_heads,
+            max_len,
+            c.head_dim,
+            device=self.device,
+            dtype=self.lm_head.weight.dtype,
+        )
+
+    # --8<-- [start:forward]
+    def forward(self, input_ids: torch.Tensor, cache: KVStore | None = None) -> torch.Tensor:
+        """Logits ``[batch, T, vocab]`` for new tokens `input_ids` ``[batch, T]``.
+
+        Without a cache the tokens are positions ``0 .. T-1`` of a fresh sequence.
+        With one the cache says where they sit: a `KVCache` continues at its
+        `length` and grows by T.
+        """
+        return self.lm_head(self.hidden_states(input_ids, cache))
+
+    def hidden_states(self, input_ids: torch.Tensor, cache: KVStore | None = None) -> torch.Tensor:
+        """The final normalized hidden states ``[batch, T, hidden]``: `forward` before `lm_head`."""
+        T, limit = input_ids.shape[1], self.config.max_position_embeddings
+        if cache is not None:
+            positions = cache.positions(T)
+        elif limit < T:
+            raise ValueError(
+                f"positions up to {T - 1} requested but max_position_embeddings is {limit}"
+            )
+        else:
+            positions = torch.arange(T, device=input_ids.device)
+        x = self.model["embed_tokens"](input_ids)
+        for i, block in enumerate(self.model["layers"]):
+            x = block(x, self.rope, positions, cache, i)
+        return self.model["norm"](x)
+
+    # --8<-- [end:forward]
+
+    def save_pretrained(self, directory: str | Path, dtype: torch.dtype | None = None) -> None:
+        """Write ``config.json`` and ``model.safetensors`` in Hugging Face's layout.
+
+        `dtype` is how the weights are stored (default: as they are); the
+        shipped models use bfloat16, which halves the files.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        dtype = dtype or self.lm_head.weight.dtype
+        state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in self.state_dict().items()}
+        if self.config.tie_word_embeddings:
+            del state["lm_head.weight"]  # the same tensor as the embedding
+        save_file(state, directory / "model.safetensors", metadata={"format": "pt"})
+        text = json.dumps(self.config.to_hf_dict(dtype), indent=2) + "\n"
+        (directory / "config.json").write_text(text)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | Path,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> Llama:
+        """Load a directory written by `save_pretrained` (or by ``transformers``).
+
+        Weights are converted to `dtype` (float32 by default, exact for bfloat16
+        files) and moved to `device` (default: `get_device()`).
+        """
+        directory = Path(directory)
+        config = ModelConfig.from_hf_dict(json.loads((directory / "config.json").read_text()))
+        model = cls(config)
+        state = load_file(directory / "model.safetensors")
+        if config.tie_word_embeddings:
+            state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])
+        model.load_state_dict(state)
+        return model.to(device if device is not None else get_device(), dtype).eval()
+
+
+# --8<-- [end:llama]

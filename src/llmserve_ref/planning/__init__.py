@@ -1,0 +1,1 @@
+"""Planning: numbers before hardware (KV math, catalogs, roofline, simulator, capacity)."""

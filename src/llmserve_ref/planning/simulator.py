@@ -1,0 +1,279 @@
+"""A discrete-step serving simulator: a workload, the scheduler, and a step-time model.
+
+Each engine instance repeats what a real engine does: ask its `Scheduler` for a
+step, spend the time the cost model predicts for it, and update the requests.
+Nothing runs a model, so a simulated hour of serving takes seconds. The cost model
+is anything with `step_time(num_tokens, kv_tokens_read, attention_pairs)`:
+`llmserve_ref.planning.roofline.StepCost` predicts it from a model and a GPU.
+
+Instances come in pools. One pool serves requests start to finish (colocated);
+with a second, `decode`, pool, the first only prefills and samples the first
+token, then hands the request's KV cache to a decode instance after
+`kv_transfer_time(prompt_len)` seconds (prefill/decode disaggregation,
+DistServe, arXiv:2401.09670). A router sends each arrival to the instance of its
+pool with the fewest unfinished requests.
+
+Time is simulated by always stepping the instance whose next step starts first,
+after any arrival or hand-off due by then.
+
+>>> from llmserve_ref.engine.scheduler import SchedulerConfig
+>>> from llmserve_ref.planning.workload import RequestSpec
+>>> class TenMsPerStep:
+...     def step_time(self, num_tokens, kv_tokens_read, attention_pairs):
+...         return 0.010
+>>> pool = Pool(SchedulerConfig(token_budget=512, max_num_seqs=8), TenMsPerStep())
+>>> result = simulate([RequestSpec("a", 0.0, prompt_len=100, output_len=5)], pool)
+>>> m = result.requests[0]
+>>> round(m.ttft, 3), round(m.tpot, 3), round(m.e2e_latency, 3)
+(0.01, 0.01, 0.05)
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from llmserve_ref.engine.scheduler import Request, RequestStatus, Scheduler, SchedulerConfig
+from llmserve_ref.planning.kv_math import KVFormat, ModelConfig, kv_bytes_per_token
+from llmserve_ref.planning.workload import RequestSpec
+
+
+# --8<-- [start:cost]
+class CostModel(Protocol):
+    """Seconds one forward step takes; `llmserve_ref.planning.roofline.StepCost` is one."""
+
+    def step_time(self, num_tokens: int, kv_tokens_read: int, attention_pairs: int) -> float: ...
+
+
+@dataclass(frozen=True)
+class Pool:
+    """`num_instances` identical engine instances: a scheduler config and a cost model each."""
+
+    config: SchedulerConfig
+    cost: CostModel
+    num_instances: int = 1
+
+
+# --8<-- [end:cost]
+
+
+# --8<-- [start:transfer]
+def kv_transfer(
+    cfg: ModelConfig, link_bandwidth: float, kv_dtype: str | KVFormat = "bf16"
+) -> Callable[[int], float]:
+    """Seconds to send a prompt's KV cache over a link of `link_bandwidth` bytes/s, one way.
+
+    >>> from llmserve_ref.planning.model_catalog import model
+    >>> send = kv_transfer(model("Llama-3.1-8B").config, 50e9)  # 400 Gb/s RDMA
+    >>> f"{send(4096) * 1e3:.1f} ms"  # 4096 tokens × 128 KiB
+    '10.7 ms'
+    """
+    per_token = kv_bytes_per_token(cfg, kv_dtype)
+    return lambda prompt_len: prompt_len * per_token / link_bandwidth
+
+
+# --8<-- [end:transfer]
+
+
+# --8<-- [start:metrics]
+@dataclass(slots=True)
+class RequestMetrics:
+    """When one request arrived, got its first token and finished (simulated seconds)."""
+
+    request_id: str
+    arrival_time: float
+    prompt_len: int
+    output_len: int
+    first_token_time: float = math.nan
+    finish_time: float = math.nan
+    num_preemptions: int = 0
+
+    @property
+    def ttft(self) -> float:
+        """Time to first token."""
+        return self.first_token_time - self.arrival_time
+
+    @property
+    def tpot(self) -> float:
+        """Time per output token after the first (NaN for one-token outputs)."""
+        if self.output_len == 1:
+            return math.nan
+        return (self.finish_time - self.first_token_time) / (self.output_len - 1)
+
+    @property
+    def e2e_latency(self) -> float:
+        return self.finish_time - self.arrival_time
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency targets a request must meet to count towards goodput."""
+
+    ttft: float
+    tpot: float
+
+    def met_by(self, m: RequestMetrics) -> bool:
+        return m.ttft <= self.ttft and (m.output_len == 1 or m.tpot <= self.tpot)
+
+
+# --8<-- [end:metrics]
+
+
+# --8<-- [start:result]
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One simulated step: which instance, when, and the tokens each request ran."""
+
+    instance: int
+    start: float
+    duration: float
+    num_scheduled_tokens: dict[str, int]
+
+
+@dataclass
+class SimResult:
+    """Every request's metrics, and (when recorded) every step."""
+
+    requests: list[RequestMetrics]
+    num_steps: int
+    steps: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def duration(self) -> float:
+        """From the first arrival to the last finish."""
+        start = min(m.arrival_time for m in self.requests)
+        return max(m.finish_time for m in self.requests) - start
+
+    def throughput(self) -> float:
+        """Output tokens per second."""
+        return sum(m.output_len for m in self.requests) / self.duration
+
+    def request_throughput(self) -> float:
+        return len(self.requests) / self.duration
+
+    def goodput(self, slo: SLO) -> float:
+        """Requests per second that met both latency targets."""
+        return sum(slo.met_by(m) for m in self.requests) / self.duration
+
+    def attainment(self, slo: SLO) -> float:
+        """The fraction of requests that met both latency targets."""
+        return sum(slo.met_by(m) for m in self.requests) / len(self.requests)
+
+    def percentile(self, metric: str, q: float) -> float:
+        """The `q`-th percentile of "ttft", "tpot" or "e2e_latency" (one-token outputs left out).
+
+        >>> r = SimResult([RequestMetrics(str(i), 0.0, 1, 1, i, i) for i in range(101)], 0)
+        >>> r.percentile("ttft", 50), r.percentile("e2e_latency", 99)
+        (50.0, 99.0)
+        """
+        values = [getattr(m, metric) for m in self.requests]
+        return float(np.percentile([v for v in values if not math.isnan(v)], q))
+
+
+# --8<-- [end:result]
+
+
+# --8<-- [start:simulate]
+@dataclass
+class _Instance:
+    index: int
+    scheduler: Scheduler
+    cost: CostModel
+    clock: float = 0.0
+
+    def load(self) -> int:
+        return len(self.scheduler.waiting) + len(self.scheduler.running)
+
+
+def _route(instances: list[_Instance], request: Request, now: float) -> None:
+    """Join the least-loaded instance; an idle one starts its next step no earlier than now."""
+    instance = min(instances, key=_Instance.load)
+    if not instance.scheduler.has_unfinished_requests():
+        instance.clock = max(instance.clock, now)
+    instance.scheduler.add_request(request)
+
+
+def simulate(
+    workload: Sequence[RequestSpec],
+    pool: Pool,
+    *,
+    decode: Pool | None = None,
+    kv_transfer_time: Callable[[int], float] = lambda prompt_len: 0.0,
+    record_steps: bool = False,
+) -> SimResult:
+    """Serve `workload` on `pool` (colocated) or on `pool` then `decode` (disaggregated)."""
+    metrics = {
+        r.request_id: RequestMetrics(r.request_id, r.arrival_time, r.prompt_len, r.output_len)
+        for r in workload
+    }
+    pools = [pool] if decode is None else [pool, decode]
+    instances: list[list[_Instance]] = []
+    for p in pools:
+        start = sum(len(group) for group in instances)
+        instances.append(
+            [_Instance(start + i, Scheduler(p.config), p.cost) for i in range(p.num_instances)]
+        )
+    everyone = [i for group in instances for i in group]
+    arrivals = sorted(workload, key=lambda r: r.arrival_time)[::-1]  # pop() takes the earliest
+    handoffs: list[tuple[float, int, Request]] = []  # (ready time, tie-break, request)
+    tie_break = itertools.count()
+    steps: list[StepRecord] = []
+    num_steps = 0
+    while True:
+        busy = [i for i in everyone if i.scheduler.has_unfinished_requests()]
+        next_step = min(busy, key=lambda i: i.clock) if busy else None
+        t_step = next_step.clock if next_step else math.inf
+        t_arrival = arrivals[-1].arrival_time if arrivals else math.inf
+        t_handoff = handoffs[0][0] if handoffs else math.inf
+        if t_arrival <= min(t_step, t_handoff) and arrivals:
+            spec = arrivals.pop()
+            max_tokens = spec.output_len if decode is None else 1  # a prefill pool stops there
+            _route(instances[0], Request(spec.request_id, spec.prompt_len, max_tokens), t_arrival)
+        elif t_handoff <= t_step and handoffs:
+            _route(instances[1], heapq.heappop(handoffs)[2], t_handoff)
+        elif next_step is None:
+            break
+        else:
+            instance = next_step
+            out = instance.scheduler.schedule()
+            if not out.num_scheduled_tokens:
+                raise RuntimeError(f"instance {instance.index} has requests but ran nothing")
+            duration = instance.cost.step_time(
+                out.total_num_scheduled_tokens, out.kv_tokens_read, out.attention_pairs
+            )
+            if record_steps:
+                steps.append(
+                    StepRecord(instance.index, instance.clock, duration, out.num_scheduled_tokens)
+                )
+            instance.clock += duration
+            num_steps += 1
+            for request_id in out.preempted:
+                metrics[request_id].num_preemptions += 1
+            for request in instance.scheduler.update_from_output(out):
+                m = metrics[request.request_id]
+                if math.isnan(m.first_token_time):
+                    m.first_token_time = instance.clock
+                if request.status is not RequestStatus.FINISHED:
+                    continue
+                if request.max_tokens < m.output_len:  # prefilled: hand the KV cache over
+                    handed = Request(
+                        request.request_id,
+                        m.prompt_len,
+                        m.output_len,
+                        num_computed_tokens=m.prompt_len,
+                        num_output_tokens=1,
+                    )
+                    ready = instance.clock + kv_transfer_time(m.prompt_len)
+                    heapq.heappush(handoffs, (ready, next(tie_break), handed))
+                else:
+                    m.finish_time = instance.clock
+    return SimResult(list(metrics.values()), num_steps, steps)
+
+
+# --8<-- [end:simulate]

@@ -1,0 +1,1 @@
+"""Serving: the HTTP face (OpenAI-compatible server, metrics, benchmark client, GGUF export)."""

@@ -1,0 +1,48 @@
+"""Real vLLM beside our server: the fixtures of `nox -s engines`.
+
+Only that session installs vLLM (its CPU build, which pins its own torch), so every test
+module here skips itself where vLLM is missing: one visible skip per module elsewhere.
+
+Both servers start once for the whole folder and stop at its end, with the same flags
+(see `servers`). They are idle while the other one is measured.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from . import servers
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the tiny target model, so that nothing vLLM writes lands in the package."""
+    return Path(shutil.copytree(servers.MODEL_DIR, tmp_path_factory.mktemp("model") / "tiny"))
+
+
+@pytest.fixture(scope="session")
+def vllm(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """vLLM's OpenAI server (CPU build, float32) on the tiny model."""
+    with servers.vllm_server(
+        model_dir,
+        tmp_path_factory.mktemp("vllm"),
+        kv_cache_memory_bytes=servers.KV_CACHE_MEMORY_BYTES,
+        block_size=servers.BLOCK_SIZE,
+    ) as server:
+        print(f"\nvLLM ready after {server.ready_after:.0f} s: {' '.join(server.command)}")
+        yield server
+
+
+@pytest.fixture(scope="session")
+def ours(tmp_path_factory: pytest.TempPathFactory):
+    """``llmserve-ref serve`` (the batched engine) on the tiny model, with vLLM's flags."""
+    with servers.our_server(
+        tmp_path_factory.mktemp("ours"),
+        kv_cache_memory_bytes=servers.KV_CACHE_MEMORY_BYTES,
+        block_size=servers.BLOCK_SIZE,
+    ) as server:
+        print(f"\nllmserve-ref ready after {server.ready_after:.1f} s: {' '.join(server.command)}")
+        yield server

@@ -1,0 +1,248 @@
+"""Start and stop real serving engines for `nox -s engines`: vLLM's CPU build, and ours.
+
+Each server runs in a process group of its own (a new session), so stopping it stops
+every process it started: vLLM runs three (the API server, its EngineCore and a Worker).
+Everything a server prints goes to a log file; a server that exits or is not ready in
+time fails with the last lines of its log. Stopping is SIGTERM to the group, then SIGKILL
+to whatever is left after a grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_DIR = ROOT / "src" / "llmserve_ref" / "data" / "models" / "target"
+MODEL_NAME = "tiny"  # what clients put in "model", on both servers
+# Both servers get the same flags: float32, 256 tokens of context (the tiny model's
+# max_position_embeddings), blocks of 32 tokens (vLLM's CPU attention needs a multiple of
+# 32), and a KV cache budget that is deliberately not a whole number of blocks, so that
+# test_kv_size_vs_vllm sees how vLLM rounds it.
+MAX_MODEL_LEN = 256
+BLOCK_SIZE = 32
+KV_CACHE_MEMORY_BYTES = 64 * 2**20 + 40_000  # 64 MiB and 19.5 tokens of float32 KV
+
+
+# Each test module starts with `if not servers.HAVE_VLLM: pytest.skip(servers.NEEDS_VLLM, ...)`:
+# where vLLM is not installed (the `tests` session), one visible skip per module.
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+NEEDS_VLLM = "needs vLLM: run `nox -s engines`"
+
+
+@dataclass
+class Server:
+    """A running server: its process, where it listens, its log, and how long it took to start."""
+
+    name: str
+    process: subprocess.Popen
+    log: Path
+    url: str = ""  # http://127.0.0.1:PORT
+    command: tuple[str, ...] = ()
+    ready_after: float = 0.0  # seconds from start to the first healthy answer
+
+    @property
+    def base_url(self) -> str:
+        """What OpenAI clients take: the URL with /v1."""
+        return f"{self.url}/v1"
+
+    def log_text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def vllm_env() -> dict[str, str]:
+    """The environment vLLM's server and its benchmark client run in."""
+    env = dict(os.environ)
+    # It silently overrides --kv-cache-memory-bytes (and an empty value crashes the worker).
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    env.update(
+        VLLM_TARGET_DEVICE="cpu",
+        HF_HUB_OFFLINE="1",  # the model and tokenizer are local; never ask the Hub
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+    )
+    return env
+
+
+def start(name: str, command: list[str], log: Path, env: dict[str, str]) -> Server:
+    """Start `command` in a new process group, its stdout and stderr going to `log`."""
+    with log.open("wb") as out:  # the child keeps its own copy of the file descriptor
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=log.parent,
+            start_new_session=True,
+        )
+    return Server(name, process, log, command=tuple(command))
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member we cannot signal: treat the group as still there
+        return True
+    return True
+
+
+def stop(server: Server, grace: float = 20.0) -> None:
+    """SIGTERM the server's process group, wait up to `grace` seconds, then SIGKILL the rest."""
+    pgid = server.process.pid  # start_new_session: the group id is the leader's pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        server.process.poll()  # reap the leader, so that it does not linger as a zombie
+        if not _group_alive(pgid):
+            break
+        time.sleep(0.2)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        server.process.wait(timeout=10)
+
+
+def wait_healthy(server: Server, timeout: float, started: float) -> None:
+    """Poll GET /health until it answers 200; fail with the log's tail if the server
+    exits or `timeout` seconds pass."""
+    deadline = started + timeout
+    while True:
+        if server.process.poll() is not None:
+            raise RuntimeError(
+                f"{server.name} exited with status {server.process.returncode} before it was "
+                f"ready; the last lines of {server.log}:\n{server.tail()}"
+            )
+        if server.url:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+                    server.ready_after = time.monotonic() - started
+                    return
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{server.name} was not ready after {timeout:.0f} s; "
+                f"the last lines of {server.log}:\n{server.tail()}"
+            )
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def vllm_server(
+    model_dir: Path,
+    log_dir: Path,
+    *,
+    kv_cache_memory_bytes: int,
+    block_size: int,
+    timeout: float = 240.0,
+) -> Iterator[Server]:
+    """vLLM's OpenAI server on `model_dir` in float32, on a free port, while the block runs.
+
+    It starts in 35 to 70 s on two cores (imports in three processes, torch.compile).
+    `--block-size` must be a multiple of 32 on the CPU (16 fails); the CPU default is 128.
+    `python -m vllm.entrypoints.openai.api_server` is used because the `vllm` command
+    does not run from the vllm-cpu distribution (see vllm_cli.py).
+    """
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        MODEL_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",  # bfloat16 flips near-ties in the logits; float32 matches ours exactly
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--block-size",
+        str(block_size),
+        "--kv-cache-memory-bytes",
+        str(kv_cache_memory_bytes),
+    ]
+    started = time.monotonic()
+    server = start("vLLM", command, log_dir / "vllm.log", vllm_env())
+    server.url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(server, timeout, started)
+        yield server
+    finally:
+        stop(server)
+
+
+ANNOUNCE = re.compile(r"llmserve-ref: serving \S+ at (http://\S+)/v1")
+
+
+@contextlib.contextmanager
+def our_server(
+    log_dir: Path,
+    *,
+    kv_cache_memory_bytes: int,
+    block_size: int,
+    timeout: float = 120.0,
+) -> Iterator[Server]:
+    """``llmserve-ref serve`` (the batched engine) with vLLM's flags, while the block runs.
+
+    Port 0 lets it pick a free port; it announces the URL on a line of its own.
+    """
+    command = [
+        sys.executable,
+        "-m",
+        "llmserve_ref.cli",
+        "serve",
+        "--model",
+        MODEL_NAME,
+        "--port",
+        "0",
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--block-size",
+        str(block_size),
+        "--kv-cache-memory-bytes",
+        str(kv_cache_memory_bytes),
+    ]
+    started = time.monotonic()
+    server = start("llmserve-ref", command, log_dir / "llmserve-ref.log", dict(os.environ))
+    try:
+        while not server.url:
+            if match := ANNOUNCE.search(server.log_text()):
+                server.url = match[1]
+            elif server.process.poll() is not None or time.monotonic() > started + timeout:
+                wait_healthy(server, 0, started)  # raises, with the log's tail
+            else:
+                time.sleep(0.2)
+        wait_healthy(server, timeout, started)
+        yield server
+    finally:
+        stop(server)

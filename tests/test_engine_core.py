@@ -1,0 +1,187 @@
+"""The paged, batched forward pass gives what the model gives each request alone.
+
+The oracle is `generate`: one sequence, a contiguous `KVCache`, no scheduler. The engine
+core packs prefill chunks and decode tokens of many sequences into one forward pass over
+paged KV, shares cached prefixes, forks `n > 1` samples and preempts when blocks run out;
+none of that may change a token. Where float32 rounding in a different summation order
+flips a near-tie between the top two logits, the test checks that it was a near-tie
+(gap below 1e-4) instead of demanding the same token.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from llmserve_ref.engine.engine_core import EngineCore, generate_batch
+from llmserve_ref.engine.scheduler import SchedulerConfig
+from llmserve_ref.model import corpus
+from llmserve_ref.model.generate import generate
+from llmserve_ref.model.sampling import SamplingParams
+from llmserve_ref.model.weights import load_target
+
+GREEDY = SamplingParams(temperature=0)
+NEAR_TIE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def target():
+    return load_target("cpu")
+
+
+@pytest.fixture(scope="module")
+def prompts(target):
+    """16 prompts of 1 to 120 tokens: prefixes of held-out stories."""
+    _, tokenizer = target
+    rng = random.Random(0)
+    docs = corpus.heldout_documents(16)
+    return [tokenizer.encode(d, add_bos=True)[: rng.randint(1, 120)] for d in docs]
+
+
+@pytest.fixture(scope="module")
+def greedy_reference(target, prompts):
+    """What `generate` gives each prompt alone: 32 greedy tokens."""
+    return reference(target[0], prompts, 32)
+
+
+def assert_same_greedy(model, prompt: list[int], ours: list[int], reference: list[int]) -> None:
+    """Token for token, except at a near-tie, after which the two continuations differ."""
+    for i, (a, b) in enumerate(zip(ours, reference, strict=True)):
+        if a != b:
+            with torch.inference_mode():
+                logits = model(torch.tensor([prompt + reference[:i]]))[0, -1]
+            top2 = logits.topk(2)
+            gap = float(top2.values[0] - top2.values[1])
+            assert gap < NEAR_TIE and a in top2.indices.tolist(), (
+                f"token {i} differs: ours {a}, generate {b}, top-2 gap {gap:.2e}"
+            )
+            return
+
+
+def reference(model, prompts, max_tokens, params=GREEDY):
+    return [list(generate(model, p, params, max_new_tokens=max_tokens)) for p in prompts]
+
+
+@pytest.mark.parametrize(
+    ("token_budget", "block_size"),
+    [(512, 16), (37, 1), (24, 8)],
+    ids=["whole-prompts", "block-size-1", "chunked-odd-budget"],
+)
+def test_a_mixed_batch_gives_each_prompt_what_generate_gives_it_alone(
+    target, prompts, greedy_reference, token_budget, block_size
+):
+    model, _ = target
+    config = SchedulerConfig(
+        token_budget=token_budget,
+        max_num_seqs=16,
+        block_size=block_size,
+        num_blocks=4096 // block_size,
+    )
+    core = EngineCore(model, config)
+    ours = generate_batch(core, prompts, GREEDY, max_tokens=32)
+    for prompt, a, b in zip(prompts, ours, greedy_reference, strict=True):
+        assert_same_greedy(model, prompt, a, b)
+    assert core.scheduler.block_manager.num_used_blocks == 0
+
+
+def test_prefix_caching_and_preemption_change_no_token(target, prompts):
+    # A shared 48-token system prefix, a pool so small that requests are preempted, and
+    # requests arriving while others decode: hits, copies, evictions, recomputes.
+    model, _ = target
+    system = prompts[3][:48] if len(prompts[3]) >= 48 else (prompts[3] * 48)[:48]
+    batch = [system + p[1:12] for p in prompts[:10]]
+    config = SchedulerConfig(
+        token_budget=48, max_num_seqs=8, block_size=8, num_blocks=40, watermark=0.0
+    )
+    core = EngineCore(model, config)
+    outputs: dict[str, list[int]] = {}
+    for i, prompt in enumerate(batch[:6]):
+        core.add_request(str(i), prompt, GREEDY, 40)
+    steps = 0
+    while core.has_unfinished_requests() or len(outputs) < len(batch):
+        if steps == 5:
+            for i, prompt in enumerate(batch[6:], start=6):
+                core.add_request(str(i), prompt, GREEDY, 40)
+        for out in core.step():
+            outputs.setdefault(out.request_id, []).append(out.token_id)
+        steps += 1
+    bm = core.scheduler.block_manager
+    assert core.scheduler.num_preemptions > 0 and bm.num_hits > 0
+    for i, prompt in enumerate(batch):
+        assert_same_greedy(model, prompt, outputs[str(i)], reference(model, [prompt], 40)[0])
+    assert bm.num_used_blocks == 0
+
+
+def test_a_seeded_request_samples_the_same_text_alone_and_among_fifteen_others(target, prompts):
+    model, _ = target
+    params = [SamplingParams(temperature=0.9, top_p=0.95, seed=s) for s in range(16)]
+    config = SchedulerConfig(token_budget=64, max_num_seqs=16, block_size=16, num_blocks=256)
+    together = generate_batch(EngineCore(model, config), prompts, params, max_tokens=24)
+    for i in (0, 5):
+        alone = generate_batch(EngineCore(model, config), [prompts[i]], [params[i]], 24)
+        assert together[i] == alone[0]
+        # and what `generate` draws with the same seed
+        assert together[i] == reference(model, [prompts[i]], 24, params[i])[0]
+
+
+def test_n_samples_share_the_prompt_blocks_and_copy_the_partial_one(target, prompts):
+    model, _ = target
+    prompt = prompts[2][:21]  # 21 tokens: two full blocks of 8 and a partial one
+    config = SchedulerConfig(token_budget=64, max_num_seqs=8, block_size=8, num_blocks=64)
+    core = EngineCore(model, config)
+    seeds = [10, 11, 12, 13]
+    for i, seed in enumerate(seeds):
+        fork_of = None if i == 0 else "0"
+        core.add_request(
+            str(i), prompt, SamplingParams(temperature=1.0, seed=seed), 12, fork_of=fork_of
+        )
+    first = core.step()  # one prefill for all four
+    assert core.num_scheduled_tokens == 21 and len(first) == 4
+    bm = core.scheduler.block_manager
+    tables = [bm.table(str(i)) for i in range(4)]
+    assert all(t == tables[0] for t in tables) and bm.blocks[tables[0][0]].ref_count == 4
+    outputs = {o.request_id: [o.token_id] for o in first}
+    second = core.step()  # everyone writes position 21: the partial block is copied for 3
+    assert len({bm.table(str(i))[2] for i in range(4)}) == 4
+    assert len({bm.table(str(i))[0] for i in range(4)}) == 1  # full blocks still shared
+    for o in second:
+        outputs[o.request_id].append(o.token_id)
+    while core.has_unfinished_requests():
+        for o in core.step():
+            outputs[o.request_id].append(o.token_id)
+    for i, seed in enumerate(seeds):  # each sample is what `generate` draws with its seed
+        params = SamplingParams(temperature=1.0, seed=seed)
+        assert outputs[str(i)] == reference(model, [prompt], 12, params)[0]
+
+
+def test_abort_frees_blocks_at_once_and_its_waiting_forks_go_on_alone(target, prompts):
+    model, _ = target
+    config = SchedulerConfig(token_budget=64, max_num_seqs=8, block_size=8, num_blocks=64)
+    core = EngineCore(model, config)
+    core.add_request("a", prompts[0], GREEDY, 20)
+    core.step()
+    used = core.scheduler.block_manager.num_used_blocks
+    assert used > 0
+    core.abort("a")
+    assert core.scheduler.block_manager.num_used_blocks == 0
+    core.add_request("p", prompts[1], GREEDY, 5)
+    core.add_request("c", prompts[1], GREEDY, 5, fork_of="p")
+    core.abort("p")  # before its first token: the fork is queued on its own
+    outputs = [o for _ in range(20) for o in core.step()]
+    assert [o.request_id for o in outputs] == ["c"] * 5 and outputs[-1].finish_reason == "length"
+
+
+def test_stop_tokens_end_a_request_unless_it_ignores_eos(target):
+    model, tokenizer = target
+    eos = tokenizer.eos_id
+    config = SchedulerConfig(token_budget=256, max_num_seqs=4, block_size=16, num_blocks=64)
+    prompt = tokenizer.encode("Once upon a time, there was a fox.", add_bos=True)
+    reference_tokens = list(generate(model, prompt, GREEDY, max_new_tokens=200))
+    assert eos in reference_tokens, "the test needs a prompt whose greedy text ends"
+    core = EngineCore(model, config, stop_token_ids={eos})
+    stopped = generate_batch(core, [prompt], GREEDY, max_tokens=200)[0]
+    assert stopped == reference_tokens[: reference_tokens.index(eos) + 1]
+    ignoring = generate_batch(core, [prompt], GREEDY, max_tokens=200, ignore_eos=True)[0]
+    assert len(ignoring) == 200
