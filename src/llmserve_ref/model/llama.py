@@ -153,11 +153,21 @@ class RotaryEmbedding(nn.Module):
         # Not parameters and not saved: they are a fixed function of the config.
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
+        self._last: tuple = (None, None, None)  # (positions, cos, sin) of the last call
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Rotate `x` (``[batch, heads, T, head_dim]``) to its `positions` (``[T]``)."""
-        cos, sin = self.cos[positions].to(x.dtype), self.sin[positions].to(x.dtype)
+        cos, sin = self._angles(positions, x.dtype)
         return x * cos + rotate_half(x) * sin
+
+    def _angles(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple:
+        """Cosines and sines at `positions`, looked up once per forward pass: every layer
+        rotates queries and keys at the same positions (the same tensor object)."""
+        last = self._last
+        if last[0] is not positions or last[1].dtype != dtype:
+            last = (positions, self.cos[positions].to(dtype), self.sin[positions].to(dtype))
+            self._last = last  # one assignment: another thread sees the old entry or this one
+        return last[1], last[2]
 
 
 # --8<-- [end:rope]

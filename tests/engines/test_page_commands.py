@@ -1,0 +1,85 @@
+"""The page's launch commands are the ones `nox -s engines` runs.
+
+docs/stage-9/running-a-serving-engine.md tells a reader how to start vLLM and our server,
+and the engines session starts them itself (`servers.vllm_command`, `servers.our_command`);
+the page's blocks then run against those servers. So the flags must not drift apart: the
+page's two console commands, and its `KNOBS` list, are checked here against the session's
+commands, up to what differs on purpose (the model's path, the port, the interpreter, the
+``| tee`` of the log). Nothing here needs vLLM: this runs in `nox -s tests` too.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from . import servers
+
+PAGE = servers.ROOT / "docs" / "stage-9" / "running-a-serving-engine.md"
+
+
+def console_commands() -> list[list[str]]:
+    """Every `$ ...` command of the page's console blocks, continuation lines joined."""
+    blocks = re.findall(r"^```console\n(.*?)^```", PAGE.read_text(encoding="utf-8"), re.M | re.S)
+    text = "\n".join(blocks).replace("\\\n", " ")
+    return [shlex.split(line[2:]) for line in text.splitlines() if line.startswith("$ ")]
+
+
+def launch(words: list[str]) -> list[str]:
+    """A launch command's arguments, without the log's tee or the values that may differ."""
+    words = words[: words.index("2>&1")] if "2>&1" in words else words
+    out, skip = [], False
+    for word in words:
+        if skip:
+            out.append("VALUE")
+            skip = False
+        else:
+            out.append(word)
+            skip = word in ("--model", "--port")
+    return out
+
+
+def the_command(start: list[str]) -> list[str]:
+    found = [c for c in console_commands() if c[: len(start)] == start]
+    assert len(found) == 1, f"the page should have one command starting {' '.join(start)}"
+    return found[0]
+
+
+def test_vllm_launch_matches_the_session():
+    page = the_command(["VLLM_TARGET_DEVICE=cpu", "python", "-m"])
+    session = servers.vllm_command(
+        Path("tiny"), 8000, servers.BLOCK_SIZE, servers.KV_CACHE_MEMORY_BYTES
+    )
+    assert servers.vllm_env()["VLLM_TARGET_DEVICE"] == "cpu"  # the page sets it on the line
+    assert launch(page[2:]) == launch(session[1:])  # from `-m`, past the interpreter
+
+
+def test_our_launch_matches_the_session():
+    page = the_command(["llmserve-ref", "serve"])
+    session = servers.our_command(8001, servers.BLOCK_SIZE, servers.KV_CACHE_MEMORY_BYTES)
+    # The session names the model (the default, tiny) and runs the module; the page, the command.
+    session = ["llmserve-ref", *session[session.index("serve") :]]
+    session = session[:2] + session[4:]  # without `--model tiny`
+    assert launch(page) == launch(session)
+
+
+def test_the_pages_knobs_are_the_launch_knobs():
+    match = re.search(r"^KNOBS = (\[.*?\])$", PAGE.read_text(encoding="utf-8"), re.M | re.S)
+    assert match, "the page defines KNOBS in its first block"
+    knobs = ast.literal_eval(match[1])
+    assert knobs == servers.knobs(servers.BLOCK_SIZE, servers.KV_CACHE_MEMORY_BYTES)
+
+
+@pytest.mark.parametrize("command", ["vllm", "ours"])
+def test_both_launches_get_the_same_knobs(command):
+    sizes = servers.BLOCK_SIZE, servers.KV_CACHE_MEMORY_BYTES
+    session = {
+        "vllm": servers.vllm_command(Path("m"), 1, *sizes),
+        "ours": servers.our_command(1, *sizes),
+    }[command]
+    knobs = servers.knobs(*sizes)
+    assert session[-len(knobs) :] == knobs
