@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
 import pytest
 
 from llmserve_ref.engine.scheduler import SchedulerConfig
-from llmserve_ref.planning.capacity import Load, instance_pool, kv_cache_tokens, lengths, plan
+from llmserve_ref.planning.capacity import (
+    Benchmark,
+    Load,
+    implied_efficiency,
+    instance_pool,
+    kv_cache_tokens,
+    lengths,
+    plan,
+    simulate_benchmark,
+)
 from llmserve_ref.planning.capacity import sustainable_rate as find_rate
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.roofline import ROOFLINE, VLLM_H100, Efficiency
 from llmserve_ref.planning.simulator import SLO, Pool, simulate
 from llmserve_ref.planning.workload import Fixed
 
@@ -71,6 +82,16 @@ def test_a_plan_for_an_8b_model_adds_up():
     api_per_request = (1000 * 0.1 + 200 * 0.5) / 1e6
     assert p.api_dollars_per_hour == pytest.approx(50 * 3600 * api_per_request)
     assert p.breakeven_rate == pytest.approx(2.0 / 3600 / api_per_request)
+    assert p.utilization == pytest.approx(50 / (p.gpus * p.sustainable_rate_per_gpu))
+    assert p.breakeven_utilization == pytest.approx(p.breakeven_rate / p.sustainable_rate_per_gpu)
+    # sized for a peak of twice the average: more GPUs, each token dearer, the API bill unchanged
+    peak = p.at(50, peak_rate=100)
+    assert peak.gpus_for_throughput == math.ceil(100 / p.sustainable_rate_per_gpu)
+    assert peak.gpus_for_memory >= p.gpus_for_memory
+    assert peak.cost_per_million_output_tokens == pytest.approx(
+        p.cost_per_million_output_tokens * peak.gpus / p.gpus)
+    assert peak.api_dollars_per_hour == p.api_dollars_per_hour
+    assert peak.utilization == pytest.approx(p.utilization * p.gpus / peak.gpus)
     # a 20x load needs more GPUs, never fewer
     p20 = plan(LLAMA, H100, Load(1000, load.prompt_len, load.output_len), slo,
                gpu_hour_price=2.0, api_price_per_million=(0.1, 0.5))
@@ -85,3 +106,31 @@ def test_the_memory_count_binds_for_long_prompts():
              api_price_per_million=(1.0, 1.0), token_budget=32_768, max_num_seqs=8)
     alone = p.gpus_for_memory * kv_cache_tokens(LLAMA, H100) / (50.0 * 32_005)
     assert p.gpus_for_memory >= 2 and alone > 0.5  # a 32k prefill alone takes over 0.5 s
+
+
+def test_plans_assume_the_measured_efficiency_and_pools_the_roofline():
+    assert inspect.signature(plan).parameters["efficiency"].default is VLLM_H100
+    assert instance_pool(LLAMA, H100).cost.efficiency is ROOFLINE
+    pool = instance_pool(LLAMA, H100, efficiency=Efficiency(0.5, 0.5))
+    assert pool.cost.decode_step_time(8, 100) == pytest.approx(
+        2 * instance_pool(LLAMA, H100).cost.decode_step_time(8, 100))
+
+
+def test_the_published_vllm_runs_imply_the_packaged_efficiency():
+    # vLLM 0.13.0, Llama-3.1-8B bf16, one H100 (torchao docs); vLLM's offline defaults there
+    vllm = {"token_budget": 16384, "max_num_seqs": 1024}
+    prefill = simulate_benchmark(Benchmark(32, 4096, 32, 30946.5), LLAMA, H100, **vllm)
+    decode = simulate_benchmark(Benchmark(128, 32, 2048, 6612), LLAMA, H100, **vllm)
+    implied = implied_efficiency(prefill, decode)
+    assert (round(implied.mfu, 2), round(implied.mbu, 2)) == (VLLM_H100.mfu, VLLM_H100.mbu)
+    for run in (prefill, decode):  # the factors reproduce what was measured
+        assert run.total_tokens_per_s(implied) == pytest.approx(
+            run.benchmark.total_tokens_per_s, rel=1e-3)
+        assert run.total_tokens_per_s(ROOFLINE) > 1.5 * run.benchmark.total_tokens_per_s
+
+
+def test_one_simulation_prices_a_benchmark_at_any_efficiency():
+    run = simulate_benchmark(Benchmark(8, 300, 20), LLAMA, H100)
+    slow = Efficiency(0.6, 0.4)
+    pool = instance_pool(LLAMA, H100, efficiency=slow)
+    assert run.duration(slow) == pytest.approx(simulate(run.benchmark.workload(), pool).duration)

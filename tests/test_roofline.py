@@ -8,6 +8,9 @@ import pytest
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import CatalogModel, model
 from llmserve_ref.planning.roofline import (
+    ROOFLINE,
+    VLLM_H100,
+    Efficiency,
     Roof,
     StepCost,
     datasheet_roof,
@@ -76,12 +79,24 @@ def test_precision_changes_bytes_and_peak():
 
 def test_efficiency_scales_each_ceiling():
     ideal = StepCost(LLAMA, gpu("H100-SXM"))
-    slow = StepCost(LLAMA, gpu("H100-SXM"), compute_efficiency=0.5, bandwidth_efficiency=0.8)
+    assert ideal.efficiency == ROOFLINE == Efficiency(1.0, 1.0)  # the default is the datasheet
+    slow = StepCost(LLAMA, gpu("H100-SXM"), efficiency=Efficiency(mfu=0.5, mbu=0.8))
     assert slow.decode_step_time(1, 0) == pytest.approx(ideal.decode_step_time(1, 0) / 0.8)
     pairs = prefill_attention_pairs(4096)
     assert slow.step_time(4096, 0, pairs) == pytest.approx(ideal.step_time(4096, 0, pairs) / 0.5)
-    with pytest.raises(ValueError, match="compute_efficiency is a fraction"):
-        StepCost(LLAMA, gpu("H100-SXM"), compute_efficiency=0)
+    assert slow.compute_time(4096, pairs) == pytest.approx(ideal.compute_time(4096, pairs) / 0.5)
+    assert slow.memory_time(1, 1000) == pytest.approx(ideal.memory_time(1, 1000) / 0.8)
+    for bad in (0, 1.5):
+        with pytest.raises(ValueError, match="mfu is a fraction"):
+            Efficiency(mfu=bad)
+    assert 0 < VLLM_H100.mfu < 1 and 0 < VLLM_H100.mbu < 1
+
+
+def test_step_time_is_the_larger_of_compute_and_memory():
+    cost = StepCost(LLAMA, gpu("H100-SXM"), efficiency=VLLM_H100)
+    for tokens, kv, pairs in [(1, 1000, 1001), (2048, 0, prefill_attention_pairs(2048))]:
+        expected = max(cost.compute_time(tokens, pairs), cost.memory_time(tokens, kv))
+        assert cost.step_time(tokens, kv, pairs) == pytest.approx(expected)
 
 
 def test_vectorized_equals_scalar():

@@ -94,6 +94,24 @@ def test_batched_logits_are_processed_row_by_row():
         assert torch.equal(together[row], process_logits(batch[row], params))
 
 
+def test_process_logits_applies_min_p_before_top_p_as_vllm_v1_does():
+    # vLLM 0.32.0 (V1 Sampler): temperature, min-p, then top-k/top-p. Min-p 0.5 keeps
+    # 0.5 and 0.3 (threshold 0.25); renormalized they are 0.625 and 0.375, so top-p 0.6
+    # stops after the first. In the other order (Hugging Face, vLLM V0) top-p 0.6 sees
+    # 0.5 < 0.6 above the 0.3 token and keeps it, and min-p keeps it too.
+    params = SamplingParams(top_p=0.6, min_p=0.5)
+    assert kept(process_logits(LOGITS, params)) == {1}
+    assert kept(top_p(min_p(LOGITS, 0.5), 0.6)) == {1}
+    assert kept(min_p(top_p(LOGITS, 0.6), 0.5)) == {1, 3}  # the order this test rules out
+
+
+def test_min_p_and_top_k_commute():
+    # Truncation keeps every kept token's ratio to the top one, so min-p's cut is unchanged.
+    for k in (1, 2, 3, 4):
+        for m in (0.1, 0.4, 0.7):
+            assert kept(top_k(min_p(LOGITS, m), k)) == kept(min_p(top_k(LOGITS, k), m))
+
+
 def test_repetition_penalty_ctrl_convention():
     logits = torch.tensor([2.0, -2.0, 1.0])
     out = repetition_penalty(logits, torch.tensor([0, 1, 1]), 2.0)

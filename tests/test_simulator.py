@@ -10,7 +10,7 @@ import pytest
 from llmserve_ref.engine.scheduler import SchedulerConfig
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
-from llmserve_ref.planning.roofline import StepCost
+from llmserve_ref.planning.roofline import VLLM_H100, Efficiency, StepCost
 from llmserve_ref.planning.simulator import SLO, Pool, RequestMetrics, SimResult, simulate
 from llmserve_ref.planning.workload import Fixed, LogNormal, RequestSpec, Uniform, generate
 
@@ -143,6 +143,19 @@ def test_with_the_roofline_cost_a_bigger_batch_gives_more_tokens_per_second():
         results[seqs] = simulate(workload, Pool(config, cost)).throughput()
     assert results[1] < results[16] < results[128]
     assert results[16] > 10 * results[1]  # decode is memory-bound: batching is nearly free
+
+
+def test_an_efficiency_slows_the_simulated_engine_by_its_factors():
+    llama, h100 = model("Llama-3.1-8B"), gpu("H100-SXM")
+    config = SchedulerConfig(token_budget=2048, max_num_seqs=64, num_blocks=20_000)
+    decode_bound = generate(64, math.inf, Fixed(16), Fixed(200), seed=0)
+    ideal = simulate(decode_bound, Pool(config, StepCost(llama, h100)))
+    half_bandwidth = Pool(config, StepCost(llama, h100, efficiency=Efficiency(mfu=1.0, mbu=0.5)))
+    # every step but the first (16 tokens of 64 prompts) is a memory-bound decode
+    assert simulate(decode_bound, half_bandwidth).duration == pytest.approx(
+        2 * ideal.duration, rel=0.01)
+    measured = simulate(decode_bound, Pool(config, StepCost(llama, h100, efficiency=VLLM_H100)))
+    assert measured.throughput() < ideal.throughput() / 1.5
 
 
 def test_the_same_inputs_give_the_same_result():

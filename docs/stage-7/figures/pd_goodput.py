@@ -5,26 +5,31 @@ from matplotlib.figure import Figure
 from llmserve_ref.planning.capacity import instance_pool
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.roofline import VLLM_H100
 from llmserve_ref.planning.simulator import SLO, SimResult, kv_transfer, simulate
 from llmserve_ref.planning.workload import LogNormal, generate
 
 LLAMA, H100 = model("Llama-3.1-8B"), gpu("H100-SXM")
-RATES = (10.0, 15.0, 20.0, 25.0)
+RATES = (3.0, 4.0, 5.0, 6.0)
 SETUPS = ("4 colocated", "2 prefill + 2 decode")
-SLOS = {"tight TPOT": SLO(ttft=0.5, tpot=0.010), "loose TPOT": SLO(ttft=0.5, tpot=0.025)}
+SLOS = {"tight TPOT": SLO(ttft=1.5, tpot=0.015), "loose TPOT": SLO(ttft=1.5, tpot=0.040)}
 
 
-def run(setup: str, rate: float, num_requests: int = 500) -> SimResult:
-    """Long prompts (median 4096), outputs of median 256, Poisson arrivals at `rate`."""
-    workload = generate(num_requests, rate, LogNormal(4096, 0.5, high=16000),
-                        LogNormal(256, 0.5, high=2048), seed=0)
+def run(setup: str, rate: float, prompt: int = 8192, output: int = 128,
+        num_requests: int = 500) -> SimResult:
+    """Prompts and outputs lognormal around `prompt` and `output` tokens, Poisson arrivals at
+    `rate`, every H100 at the efficiency vLLM measured."""
+    workload = generate(num_requests, rate, LogNormal(prompt, 0.5, high=32000),
+                        LogNormal(output, 0.5, high=2048), seed=0)
     if setup == "4 colocated":
-        return simulate(workload, instance_pool(LLAMA, H100, num_instances=4))
+        return simulate(workload, instance_pool(LLAMA, H100, num_instances=4,
+                                                efficiency=VLLM_H100))
     prefill = int(setup[0])
     return simulate(
         workload,
-        instance_pool(LLAMA, H100, num_instances=prefill, token_budget=8192),
-        decode=instance_pool(LLAMA, H100, num_instances=4 - prefill),
+        instance_pool(LLAMA, H100, num_instances=prefill, token_budget=8192,
+                      efficiency=VLLM_H100),
+        decode=instance_pool(LLAMA, H100, num_instances=4 - prefill, efficiency=VLLM_H100),
         kv_transfer_time=kv_transfer(LLAMA.config, 50e9),  # 400 Gb/s RDMA between nodes
     )
 

@@ -7,14 +7,16 @@ from matplotlib.patches import Patch
 from llmserve_ref.planning.capacity import instance_pool
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
+from llmserve_ref.planning.roofline import VLLM_H100
 from llmserve_ref.planning.simulator import SimResult, simulate
 from llmserve_ref.planning.workload import LogNormal, generate
 
 
 def timeline_run() -> SimResult:
-    """12 requests at 40/s on Llama-3.1-8B, one H100, a 1024-token budget."""
+    """12 requests at 40/s on Llama-3.1-8B, one H100 at vLLM's efficiency, a 1024-token budget."""
     workload = generate(12, 40.0, LogNormal(1500, 0.8, high=6000), LogNormal(40, 0.5), seed=1)
-    pool = instance_pool(model("Llama-3.1-8B"), gpu("H100-SXM"), token_budget=1024)
+    pool = instance_pool(model("Llama-3.1-8B"), gpu("H100-SXM"), token_budget=1024,
+                         efficiency=VLLM_H100)
     return simulate(workload, pool, record_steps=True)
 
 

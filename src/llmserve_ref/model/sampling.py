@@ -14,10 +14,12 @@ functions that reshape those logits before one token is drawn:
   "nucleus"), `min_p` (tokens at least ``min_p × p_max`` likely).
 
 Every function takes logits of shape ``[..., vocab]`` and returns new logits of
-the same shape; none modifies its input. `process_logits` applies them in the
-order Hugging Face and vLLM use (penalties, temperature, top-k, top-p, min-p),
-and `sample` draws from the resulting distribution with a `torch.Generator`, so
-the same seed gives the same tokens. Ties follow one rule everywhere: a token
+the same shape; none modifies its input. `process_logits` applies them in
+vLLM 0.32.0's order (its V1 sampler, ``vllm/v1/sample/sampler.py``): penalties,
+temperature, min-p, then top-k and top-p. Hugging Face transformers and vLLM's
+older V0 sampler apply min-p last instead, which keeps more tokens when top-p is
+also set. `sample` draws from the resulting distribution with a
+`torch.Generator`, so the same seed gives the same tokens. Ties follow one rule everywhere: a token
 tied with the last one kept by top-k or min-p is kept too; top-p and greedy
 break ties by the lower token id.
 
@@ -216,7 +218,13 @@ def process_logits(
     prompt_ids: torch.Tensor | None = None,
     output_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Apply every sampler `params` asks for, in the usual order, to `logits`."""
+    """Apply every sampler `params` asks for to `logits`, in vLLM 0.32.0's order.
+
+    Penalties, then temperature, then min-p, then top-k, then top-p, as vLLM's V1
+    `Sampler` does (min-p is its built-in argmax-invariant logits processor, run
+    after temperature and before `TopKTopPSampler`). Min-p before top-p matters:
+    top-p then measures its mass among the tokens min-p kept.
+    """
     empty = torch.zeros((*logits.shape[:-1], 0), dtype=torch.long, device=logits.device)
     prompt_ids = empty if prompt_ids is None else prompt_ids
     output_ids = empty if output_ids is None else output_ids
@@ -228,12 +236,11 @@ def process_logits(
             logits, output_ids, params.frequency_penalty, params.presence_penalty
         )
     logits = temperature(logits, params.temperature)
-    if params.top_k is not None:
-        logits = top_k(logits, params.top_k)
-    logits = top_p(logits, params.top_p)
     if params.min_p > 0:
         logits = min_p(logits, params.min_p)
-    return logits
+    if params.top_k is not None:
+        logits = top_k(logits, params.top_k)
+    return top_p(logits, params.top_p)
 
 
 # --8<-- [end:process_logits]

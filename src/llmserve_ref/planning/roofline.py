@@ -25,6 +25,13 @@ quantization scales, kernel launch and scheduling overhead. Dense models only:
 a mixture-of-experts step reads the experts its tokens route to, which depends on
 the batch, so `StepCost` refuses them.
 
+A real engine reaches only part of both peaks, so the roofline is a best case.
+`Efficiency` scales them down: model FLOPs utilization (MFU) for compute-bound
+steps, model bandwidth utilization (MBU) for memory-bound ones. `StepCost`
+defaults to `ROOFLINE` (100% of the datasheet), which is what explains the
+roofline itself; `VLLM_H100` holds what vLLM reached on an H100 in a published
+benchmark, and capacity planning uses it unless told otherwise.
+
 >>> from llmserve_ref.planning.hardware import gpu
 >>> from llmserve_ref.planning.model_catalog import model
 >>> cost = StepCost(model("Llama-3.1-8B"), gpu("H100-SXM"))
@@ -72,6 +79,46 @@ def datasheet_roof(gpu: GPU, dtype: str = "bf16") -> Roof:
 # --8<-- [end:roof]
 
 
+# --8<-- [start:efficiency]
+@dataclass(frozen=True)
+class Efficiency:
+    """Fractions of the datasheet peaks an engine reaches, end to end.
+
+    `mfu` (model FLOPs utilization) scales the peak FLOP/s, which bounds
+    compute-bound steps (prefill); `mbu` (model bandwidth utilization) scales the
+    memory bandwidth, which bounds memory-bound steps (decode). Measured on a whole
+    engine, both also absorb what the roofline leaves out: kernels below peak,
+    launch gaps, scheduling, sampling.
+    """
+
+    mfu: float = 1.0
+    mbu: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("mfu", "mbu"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name} is a fraction in (0, 1], got {getattr(self, name)}")
+
+
+ROOFLINE = Efficiency(mfu=1.0, mbu=1.0)
+
+# vLLM 0.13.0 serving Llama-3.1-8B in bf16 on one H100 (no variant named; we take the
+# SXM's datasheet), as published in PyTorch's torchao docs ("e2e model level
+# benchmarks", NVIDIA H100, bfloat16 row, both figures prompt + output tokens/s,
+# https://github.com/pytorch/ao/blob/36027d82d1ad9949597ea16002ff4940374b1b94/docs/source/workflows/inference.md):
+#   `vllm bench throughput --num_prompts 32 --input_len 4096 --output_len 32`
+#       -> 30946.5 total tokens/s (prefill-bound)
+#   `vllm bench throughput --num_prompts 128 --input_len 32 --output_len 2048`
+#       -> 6612 total tokens/s (decode-bound)
+# The MFU and MBU at which the simulator, with vLLM's offline scheduler defaults,
+# reproduces both: `llmserve_ref.planning.capacity.implied_efficiency` derives them
+# (0.577 and 0.498) and tests/test_capacity.py checks that they round to these.
+VLLM_H100 = Efficiency(mfu=0.58, mbu=0.50)
+
+
+# --8<-- [end:efficiency]
+
+
 def linear_parameters(m: CatalogModel) -> int:
     """Parameters every token is multiplied through: all but an untied input embedding.
 
@@ -104,8 +151,9 @@ class StepCost:
     `hardware` is a catalog `GPU` (its datasheet roof for the compute dtype) or a
     `Roof` (for example this machine's, measured by `llmserve_ref.planning.measure`). fp8
     weights compute in fp8 where the GPU has it; int8/int4 weights are weight-only
-    quantization and compute in bf16. The efficiencies scale the peaks down to
-    what kernels reach (the roofline itself is 1.0 and 1.0).
+    quantization and compute in bf16. `efficiency` scales the FLOP/s by its MFU and
+    the bandwidth by its MBU; the default, `ROOFLINE`, is the datasheet itself (the
+    bound), and `VLLM_H100` is what a real engine measured (the forecast).
 
     Built once, `step_time` is a handful of multiply-adds, and it takes numpy
     arrays as well as ints, so a simulator can call it millions of times.
@@ -117,22 +165,18 @@ class StepCost:
         hardware: GPU | Roof,
         weight_dtype: str = "bf16",
         kv_dtype: str | KVFormat = "bf16",
-        compute_efficiency: float = 1.0,
-        bandwidth_efficiency: float = 1.0,
+        efficiency: Efficiency = ROOFLINE,
     ) -> None:
-        for name, value in (("compute", compute_efficiency), ("bandwidth", bandwidth_efficiency)):
-            if not 0 < value <= 1:
-                raise ValueError(f"{name}_efficiency is a fraction in (0, 1], got {value}")
         if isinstance(hardware, GPU):
             hardware = datasheet_roof(hardware, "fp8" if weight_dtype == "fp8" else "bf16")
         cfg = model.config
-        self.model, self.roof = model, hardware
+        self.model, self.roof, self.efficiency = model, hardware, efficiency
         self.weight_bytes = weight_bytes(linear_parameters(model), weight_dtype)
         self.kv_bytes_per_token = kv_bytes_per_token(cfg, kv_dtype)
         self.flops_per_token = 2 * linear_parameters(model)
         self.flops_per_pair = 4 * cfg.num_layers * cfg.num_attention_heads * cfg.head_dim
-        flops = hardware.peak_flops * compute_efficiency
-        bandwidth = hardware.memory_bandwidth * bandwidth_efficiency
+        flops = hardware.peak_flops * efficiency.mfu
+        bandwidth = hardware.memory_bandwidth * efficiency.mbu
         # Seconds per unit of each quantity, so a step is four multiply-adds and a max.
         self._s_per_token = self.flops_per_token / flops
         self._s_per_pair = self.flops_per_pair / flops
@@ -161,11 +205,19 @@ class StepCost:
         `prefill_attention_pairs(...)` for prefill chunks.
         """
         pairs = kv_tokens_read + num_tokens if attention_pairs is None else attention_pairs
-        compute = self._s_per_token * num_tokens + self._s_per_pair * pairs
-        memory = self._s_weights + self._s_per_kv_token * (kv_tokens_read + num_tokens)
+        compute = self.compute_time(num_tokens, pairs)
+        memory = self.memory_time(num_tokens, kv_tokens_read)
         if isinstance(compute, np.ndarray) or isinstance(memory, np.ndarray):
             return np.maximum(compute, memory)
         return max(compute, memory)
+
+    def compute_time(self, num_tokens, attention_pairs):
+        """Seconds the step's FLOPs take at the peak FLOP/s times the MFU."""
+        return self._s_per_token * num_tokens + self._s_per_pair * attention_pairs
+
+    def memory_time(self, num_tokens, kv_tokens_read):
+        """Seconds the step's bytes take at the bandwidth times the MBU."""
+        return self._s_weights + self._s_per_kv_token * (kv_tokens_read + num_tokens)
 
     def decode_step_time(self, batch_size, context):
         """A decode step of `batch_size` sequences, each with `context` tokens cached."""

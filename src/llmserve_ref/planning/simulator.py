@@ -4,7 +4,9 @@ Each engine instance repeats what a real engine does: ask its `Scheduler` for a
 step, spend the time the cost model predicts for it, and update the requests.
 Nothing runs a model, so a simulated hour of serving takes seconds. The cost model
 is anything with `step_time(num_tokens, kv_tokens_read, attention_pairs)`:
-`llmserve_ref.planning.roofline.StepCost` predicts it from a model and a GPU.
+`llmserve_ref.planning.roofline.StepCost` predicts it from a model and a GPU, at the
+datasheet's peaks by default or at the `Efficiency` an engine measured
+(`roofline.VLLM_H100`), which is what a simulation meant to size GPUs should use.
 
 Instances come in pools. One pool serves requests start to finish (colocated);
 with a second, `decode`, pool, the first only prefills and samples the first
