@@ -3,6 +3,7 @@
 python3 -m pip install nox
 nox -s tests                        # every device present; absent ones skip in one line
 nox -s "tests(device='cuda')" -- --force-device   # absent device = failure, not skip
+nox -s "tests(device='cpu')" -- --record-outputs  # record what page blocks print
 nox -s docs serve lint
 nox -s engines                      # real vLLM (CPU build) beside our server; installs ~4 GB
 """

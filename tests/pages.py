@@ -14,21 +14,29 @@ block escapes collection (Sybil ignores fences whose info line it does not recog
 
 from __future__ import annotations
 
+import contextlib
 import doctest
+import io
+import os
 import re
+import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
-import markdown
-import yaml
-from sybil import Document, Region, Sybil
+from sybil import Document, Example, Region, Sybil
 from sybil.evaluators.doctest import DocTestEvaluator
+from sybil.evaluators.doctest import OutputChecker as SybilOutputChecker
 from sybil.evaluators.python import PythonEvaluator
 from sybil.parsers.abstract.doctest import DocTestStringParser
 from sybil.parsers.markdown import SkipParser
 from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 from sybil.parsers.rest import DocTestParser
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hooks"))
+from recorded_outputs import REFRESH, Run, is_a_page, key_of, load, package_hash, save
+from snippets_resolver import mkdocs_config, resolve_includes  # noqa: F401 (re-exported)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -44,39 +52,6 @@ PYTHON_FENCE = re.compile(
 SKIP = re.compile(r"<!--+\s*skip:\s*(?P<action>\w+)(?P<reason>[^\n]*?)\s*--+>")
 
 
-class _ConfigLoader(yaml.SafeLoader):
-    """Reads mkdocs.yml, keeping MkDocs' own tags (`!relative`, `!ENV`) as plain text."""
-
-
-_ConfigLoader.add_multi_constructor("!", lambda loader, tag, node: f"{tag} {node.value}")
-
-
-def mkdocs_config() -> dict:
-    return yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_ConfigLoader)
-
-
-def _snippets_config() -> dict:
-    """pymdownx.snippets options exactly as mkdocs.yml sets them, paths made absolute."""
-    for extension in mkdocs_config()["markdown_extensions"]:
-        if isinstance(extension, dict) and "pymdownx.snippets" in extension:
-            # mkdocs.yml says `base_path: !relative $config_dir`: the repository root.
-            return {**extension["pymdownx.snippets"], "base_path": [str(ROOT)]}
-    raise LookupError("mkdocs.yml does not enable pymdownx.snippets")
-
-
-def resolve_includes(text: str) -> str:
-    """The page's Markdown after pymdownx.snippets has replaced every `--8<--` line."""
-    md = markdown.Markdown(
-        extensions=["pymdownx.snippets"],
-        extension_configs={"pymdownx.snippets": _snippets_config()},
-    )
-    lines = text.split("\n")
-    for preprocessor in md.preprocessors:
-        if preprocessor.__class__.__name__ == "SnippetPreprocessor":
-            lines = preprocessor.run(lines)
-    return "\n".join(lines)
-
-
 class PageDocument(Document):
     """A Markdown page, parsed after its includes are resolved."""
 
@@ -90,26 +65,158 @@ class PageDocument(Document):
         return document
 
 
+class RecordingChecker(SybilOutputChecker):
+    """Sybil's output checker, keeping what the last example really printed."""
+
+    got = ""
+
+    def check_output(self, want: str, got: str, optionflags: int) -> bool:
+        self.got = got
+        return super().check_output(want, got, optionflags)
+
+
+class Tee(io.TextIOBase):
+    """Writes to the stream pytest captures and to a buffer of our own."""
+
+    def __init__(self, *streams: TextIO) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+
+class Recorder:
+    """What each block printed in this run, checked against (or written to) recordings/.
+
+    Check mode (the default): on the CPU, where CI runs, a block that prints must have a
+    recording whose key is the block's current one; CUDA and MPS runs may add their own.
+    Record mode (``--record-outputs``): what ran is written to recordings/ when the
+    session ends.
+    """
+
+    def __init__(self) -> None:
+        self.record = False
+        self.package = ""
+        self.device = os.environ.get("LLMSERVE_DEVICE") or "cpu"
+        # page -> block index -> (what to show of each run piece, whether each printed)
+        self.printed: dict[Path, dict[int, tuple[list[str], list[bool]]]] = {}
+        self.sources: dict[Path, dict[int, str]] = {}  # page -> block index -> its source
+        self.stored: dict[Path, dict[int, dict[str, Run]]] = {}
+
+    def key(self, source: str) -> str:
+        if not self.package:
+            self.package = package_hash()
+        return key_of(source, self.package)
+
+    def add(self, page: str, index: int, source: str, text: str, printed: bool) -> None:
+        """One block, or one example of a pycon block, ran: `text` is what to show of it,
+        `printed` whether it printed anything (a pycon example's text has its source too)."""
+        path = Path(page)
+        if not is_a_page(path):
+            return
+        key = self.key(source)
+        self.sources.setdefault(path, {})[index] = source
+        pieces, prints = self.printed.setdefault(path, {}).setdefault(index, ([], []))
+        pieces.append(text)
+        prints.append(printed)
+        if self.record or self.device != "cpu":
+            return  # a GPU's or a Mac's recordings are optional: the build needs none
+        run = self.stored.setdefault(path, load(path)).get(index, {}).get(self.device)
+        if not printed and run is not None and run.key != key:
+            raise AssertionError(
+                f"{path.name}: block {index} prints nothing now, and the page still has what "
+                f"an older version printed: run `{self.refresh()}` and commit recordings/"
+            )
+        if printed and (run is None or run.key != key):
+            raise AssertionError(
+                f"{path.name}: block {index} prints, and has no current recording on "
+                f"{self.device} (it or the package changed since it was recorded): run "
+                f"`{self.refresh()}` and commit recordings/"
+            )
+
+    def refresh(self) -> str:
+        """The one command that records this session's blocks again."""
+        if os.environ.get("LLMSERVE_ENGINES") == "1":
+            return "nox -s engines -- --record-outputs"
+        return REFRESH.format(device=self.device)
+
+    def save(self) -> None:
+        """Write what ran on this device; blocks that ran and printed nothing lose theirs."""
+        for path, blocks in self.printed.items():
+            stored = load(path)
+            for index, (pieces, prints) in blocks.items():
+                runs = stored.setdefault(index, {})
+                if any(prints):
+                    runs[self.device] = Run.now(
+                        self.key(self.sources[path][index]), "".join(pieces)
+                    )
+                else:
+                    runs.pop(self.device, None)
+            save(path, stored)
+
+
+RECORDER = Recorder()
+
+
+def transcript(example: doctest.Example, got: str) -> str:
+    """One pycon example as it really ran: its source, then what it printed."""
+    lines = example.source.rstrip("\n").split("\n")
+    text = "".join(f"{'>>>' if i == 0 else '...'} {line}\n" for i, line in enumerate(lines))
+    if example.exc_msg is not None:
+        got = f"Traceback (most recent call last):\n...\n{got}"
+    return text + got
+
+
 @dataclass
 class CodeBlocks:
-    """Runs ```python blocks as code and ```pycon blocks as doctests."""
+    """Runs ```python blocks as code and ```pycon blocks as doctests, and records them."""
+
+    recorder: Recorder = field(default_factory=lambda: RECORDER)
 
     def __post_init__(self) -> None:
         self.lexer = RawFencedCodeBlockLexer(info_pattern=INFO)
         self.python = PythonEvaluator()
-        self.doctests = DocTestStringParser(DocTestEvaluator(OPTIONFLAGS))
+        self.checker = RecordingChecker()
+        self.doctest = DocTestEvaluator(OPTIONFLAGS)
+        self.doctest.runner._checker = self.checker  # the runner's checker, recording
+        self.doctests = DocTestStringParser(self.doctest)
 
     def __call__(self, document: Document) -> Iterable[Region]:
-        for region in self.lexer(document):
+        for index, region in enumerate(self.lexer(document)):
             source = region.lexemes["source"]
             if region.lexemes["language"] == "pycon":
                 for example in self.doctests(source, document.path):
                     example.adjust(region, source)
+                    example.evaluator = self._pycon(index, source)
                     yield example
             else:
                 region.parsed = source
-                region.evaluator = self.python
+                region.evaluator = self._python(index, source)
                 yield region
+
+    def _python(self, index: int, source: str):
+        def evaluate(example: Example) -> None:
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(Tee(sys.stdout, printed)):
+                self.python(example)
+            output = printed.getvalue()
+            self.recorder.add(example.path, index, source, output, bool(output.strip()))
+
+        return evaluate
+
+    def _pycon(self, index: int, source: str):
+        def evaluate(example: Example) -> str | None:
+            self.checker.got = ""
+            failure = self.doctest(example)
+            if not failure:
+                got = self.checker.got
+                text = transcript(example.parsed, got)
+                self.recorder.add(example.path, index, source, text, bool(got.strip()))
+            return failure
+
+        return evaluate
 
     def blocks(self, document: Document) -> list[int]:
         """Start offsets of the fences this parser collects (one per block)."""
