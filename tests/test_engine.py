@@ -10,6 +10,7 @@ import asyncio
 import time
 
 import pytest
+import torch
 
 from llmserve_ref.device import get_device
 from llmserve_ref.engine.batched_engine import BatchedEngine, EngineConfig
@@ -78,6 +79,38 @@ def test_the_engine_samples_the_same_tokens_as_the_generation_loop(engine, targe
         "stop" if expected[-1] == engine.tokenizer.eos_id else "length"
     )
     assert all(e.finish_reason is None for e in events[:-1])
+
+
+def test_each_event_carries_its_tokens_logprobs_if_asked(engine, target):
+    """Every token's logprob and top 2, as the model computes them here at its position,
+    through the engine's thread (and the core's pipe); none for a request that did not ask."""
+    ids = prompt(engine)
+    events = run(collect(engine, EngineRequest(ids, SamplingParams(0, logprobs=2), 12)))
+    tokens = [e.token_id for e in events]
+    with torch.inference_mode():
+        logits = target[0](torch.tensor([ids + tokens], device=target[0].device))
+    expected = logits[0, len(ids) - 1 : -1].float().log_softmax(-1).cpu()
+    for event, row in zip(events, expected, strict=True):
+        assert abs(event.logprobs.logprob - float(row[event.token_id])) < 1e-4
+        assert [v for _, v in event.logprobs.top] == pytest.approx(
+            row.topk(2).values.tolist(), abs=1e-4
+        )
+    plain = run(collect(engine, EngineRequest(ids, SamplingParams(0), 4)))
+    assert all(e.logprobs is None for e in plain)
+
+
+def test_min_tokens_holds_off_the_stop_tokens(engine, target):
+    """The engines stop at any added token (<|eos|> and the chat markers), so min_tokens
+    holds off all of them, and the tokens are those the generation loop picks."""
+    ids = prompt(engine, "Once upon a time, there was a fox.")
+    stops = set(engine.tokenizer.backend.get_added_tokens_decoder())
+    ended = list(generate(target[0], ids, SamplingParams(0), 200, stop_token_ids=stops))
+    assert ended[-1] in stops, "the test needs a prompt whose greedy text ends"
+    params = SamplingParams(0, min_tokens=len(ended) + 3)
+    expected = list(generate(target[0], ids, params, 200, stop_token_ids=stops))
+    events = run(collect(engine, EngineRequest(ids, params, 200)))
+    assert [e.token_id for e in events] == expected
+    assert len(expected) >= params.min_tokens and not stops & set(expected[: params.min_tokens])
 
 
 def test_timings_count_the_prompt_and_the_generated_tokens(engine):

@@ -185,3 +185,62 @@ def test_stop_tokens_end_a_request_unless_it_ignores_eos(target):
     assert stopped == reference_tokens[: reference_tokens.index(eos) + 1]
     ignoring = generate_batch(core, [prompt], GREEDY, max_tokens=200, ignore_eos=True)[0]
     assert len(ignoring) == 200
+
+
+def test_logprobs_are_the_models_own_and_only_for_the_requests_that_ask(target, prompts):
+    """A greedy token's logprob is log_softmax of the model's logits at its position, run
+    here without the engine; a sampled one's too (raw, as vLLM reports by default: not
+    the tempered distribution it was drawn from); forks get theirs; others get none."""
+    model, _ = target
+    config = SchedulerConfig(token_budget=64, max_num_seqs=8, num_blocks=128, block_size=16)
+    core = EngineCore(model, config)
+    asks = {
+        "greedy": (prompts[0], SamplingParams(temperature=0, logprobs=3)),
+        "sampled": (prompts[1], SamplingParams(temperature=0.5, seed=1, logprobs=0)),
+        "plain": (prompts[2], GREEDY),
+        "parent": (prompts[3], SamplingParams(temperature=1.0, seed=5, logprobs=2)),
+        "fork": (prompts[3], SamplingParams(temperature=1.0, seed=6, logprobs=2)),
+    }
+    for request_id, (prompt, params) in asks.items():
+        fork_of = "parent" if request_id == "fork" else None
+        core.add_request(request_id, prompt, params, 6, ignore_eos=True, fork_of=fork_of)
+    outputs: dict[str, list] = {request_id: [] for request_id in asks}
+    while core.has_unfinished_requests():
+        for out in core.step():
+            outputs[out.request_id].append(out)
+    assert all(o.logprobs is None for o in outputs["plain"])
+    tempered_differs = False
+    for request_id in ("greedy", "sampled", "parent", "fork"):
+        prompt, params = asks[request_id]
+        tokens = [o.token_id for o in outputs[request_id]]
+        with torch.inference_mode():
+            logits = model(torch.tensor([prompt + tokens]))[0, len(prompt) - 1 : -1].float()
+        for out, row in zip(outputs[request_id], logits, strict=True):
+            expected = row.log_softmax(-1)
+            assert abs(out.logprobs.logprob - float(expected[out.token_id])) < 1e-4
+            top = expected.topk(params.logprobs).values.tolist()
+            assert [v for _, v in out.logprobs.top] == pytest.approx(top, abs=1e-4)
+            assert all(abs(v - float(expected[i])) < 1e-4 for i, v in out.logprobs.top)
+            if request_id == "sampled":
+                tempered = (row / params.temperature).log_softmax(-1)[out.token_id]
+                tempered_differs |= abs(out.logprobs.logprob - float(tempered)) > 1e-3
+    assert tempered_differs
+    assert [o.token_id for o in outputs["parent"]] != [o.token_id for o in outputs["fork"]]
+
+
+@pytest.mark.slow
+def test_logit_bias_and_min_tokens_steer_a_batched_request(target):
+    model, tokenizer = target
+    eos = tokenizer.eos_id
+    config = SchedulerConfig(token_budget=256, max_num_seqs=4, block_size=16, num_blocks=64)
+    prompt = tokenizer.encode("Once upon a time, there was a fox.", add_bos=True)
+    core = EngineCore(model, config, stop_token_ids={eos})
+    ended = generate_batch(core, [prompt], GREEDY, 200)[0]
+    assert ended[-1] == eos, "the test needs a prompt whose greedy text ends"
+    longer = SamplingParams(temperature=0, min_tokens=len(ended) + 3)
+    banned = SamplingParams(temperature=0, logit_bias={ended[0]: -100.0})
+    out = generate_batch(core, [prompt, prompt], [longer, banned], max_tokens=len(ended) + 5)
+    # min_tokens: the same greedy text until the end-of-sequence token, which it may not pick.
+    assert out[0][: len(ended) - 1] == ended[:-1]
+    assert eos not in out[0][: longer.min_tokens] and len(out[0]) >= longer.min_tokens
+    assert out[1][0] != ended[0]

@@ -100,6 +100,18 @@ def test_the_tokenizer_fields_match_the_source(exported, source):
     assert field(reader, "tokenizer.chat_template") == CHAT_TEMPLATE
 
 
+def test_the_bos_and_eos_flags_are_what_llama_cpps_converter_reads_from_the_source(exported):
+    """llama.cpp's converter (gguf's SpecialVocab) reads add_bos_token from tokenizer.json's
+    post-processor, which puts <|bos|> first as our server does: llama.cpp must do the same."""
+    reader = gguf.GGUFReader(exported)
+    converter = gguf.SpecialVocab(TARGET_DIR, load_merges=False)
+    assert field(reader, "tokenizer.ggml.add_bos_token") is converter.add_special_token["bos"]
+    assert field(reader, "tokenizer.ggml.add_bos_token") is True
+    assert field(reader, "tokenizer.ggml.add_eos_token") is converter.add_special_token.get(
+        "eos", False
+    )
+
+
 def test_transformers_reads_back_the_same_weights_and_tokenizer(exported, source):
     model, tokenizer = source
     config = json.loads((TARGET_DIR / "config.json").read_text())

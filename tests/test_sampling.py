@@ -11,11 +11,14 @@ from llmserve_ref.model.sampling import (
     SamplingParams,
     frequency_presence_penalty,
     greedy,
+    logit_bias,
     min_p,
+    next_token,
     process_logits,
     repetition_penalty,
     sample,
     temperature,
+    token_logprobs,
     top_k,
     top_p,
 )
@@ -135,7 +138,7 @@ def test_process_logits_penalises_prompt_only_for_repetition_penalty():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"temperature": -0.1}, "temperature must be >= 0"),
+        ({"temperature": -0.1}, r"temperature must be in \[0, 2\]"),
         ({"top_k": 0}, "top_k must be an integer >= 1"),
         ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
         ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
@@ -144,6 +147,11 @@ def test_process_logits_penalises_prompt_only_for_repetition_penalty():
         ({"repetition_penalty": 0.0}, "repetition_penalty must be > 0"),
         ({"frequency_penalty": 2.5}, "frequency_penalty must be between -2.0 and 2.0"),
         ({"presence_penalty": -3.0}, "presence_penalty must be between -2.0 and 2.0"),
+        ({"logit_bias": {5: 100.5}}, r"logit_bias maps .* to a bias in \[-100, 100\]"),
+        ({"logit_bias": {-1: 1.0}}, r"logit_bias maps token ids \(>= 0\)"),
+        ({"min_tokens": -1}, "min_tokens must be >= 0"),
+        ({"logprobs": -1}, r"logprobs must be in \[0, 20\]"),
+        ({"logprobs": 21}, r"logprobs must be in \[0, 20\]"),
     ],
 )
 def test_invalid_params_say_what_is_allowed(kwargs, message):
@@ -206,5 +214,56 @@ def test_truncation_keeps_the_argmax_and_leaves_kept_logits_unchanged(values, k,
 
 def test_sampling_params_defaults_leave_logits_alone():
     assert torch.equal(process_logits(LOGITS, SamplingParams()), LOGITS)
-    assert math.isclose(float(process_logits(LOGITS, SamplingParams()).softmax(-1)[1]), 0.5,
-                        rel_tol=1e-6)
+    assert math.isclose(
+        float(process_logits(LOGITS, SamplingParams()).softmax(-1)[1]), 0.5, rel_tol=1e-6
+    )
+
+
+def test_logit_bias_adds_to_the_listed_logits_only():
+    biased = logit_bias(LOGITS, {0: 2.0, 3: -1.5})
+    assert torch.equal(biased, LOGITS + torch.tensor([2.0, 0.0, 0.0, -1.5]))
+    batch = torch.stack([LOGITS, LOGITS.flip(0)])
+    assert torch.equal(logit_bias(batch, {2: 1.0})[:, 2], batch[:, 2] + 1.0)
+
+
+def test_logit_bias_can_ban_or_force_a_token_even_when_greedy():
+    greedy_params = SamplingParams(temperature=0)
+    assert next_token(LOGITS[None], greedy_params) == 1  # the 0.5 token
+    ban = SamplingParams(temperature=0, logit_bias={1: -100.0})
+    assert next_token(LOGITS[None], ban) == 3  # the 0.3 token, now the likeliest
+    force = SamplingParams(temperature=1.0, logit_bias={2: 100.0})
+    g = torch.Generator().manual_seed(0)
+    assert {next_token(LOGITS[None], force, generator=g) for _ in range(50)} == {2}
+
+
+def test_min_tokens_bans_the_stop_tokens_until_enough_are_out():
+    stop = {1}  # the likeliest token stands for the end-of-sequence token
+    params = SamplingParams(temperature=1.0, min_tokens=3)
+    g = torch.Generator().manual_seed(0)
+    for n in range(3):
+        output = torch.zeros((1, n), dtype=torch.long)
+        processed = process_logits(LOGITS[None], params, output_ids=output, stop_token_ids=stop)
+        assert processed[0, 1] == float("-inf") and kept(processed[0]) == {0, 2, 3}
+        assert all(next_token(LOGITS[None], params, None, output, g, stop) != 1 for _ in range(50))
+    enough = torch.zeros((1, 3), dtype=torch.long)
+    assert torch.equal(process_logits(LOGITS[None], params, None, enough, stop), LOGITS[None])
+    # Without stop tokens (ignore_eos) there is nothing to ban.
+    assert torch.equal(process_logits(LOGITS[None], params), LOGITS[None])
+
+
+def test_logit_bias_on_a_token_the_model_lacks_is_refused():
+    SamplingParams(logit_bias={3: 1.0}).check_vocab(4)
+    with pytest.raises(ValueError, match=r"logit_bias has token ids outside .*\[4, 9\]"):
+        SamplingParams(logit_bias={4: 1.0, 9: -1.0, 0: 1.0}).check_vocab(4)
+
+
+def test_token_logprobs_are_the_raw_log_softmax_with_the_likeliest_first():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 50)
+    rows = token_logprobs(logits, [7, 0, 49], [0, 2, 5])
+    expected = torch.log_softmax(logits.double(), dim=-1)
+    for row, token, k, lp in zip(rows, [7, 0, 49], [0, 2, 5], expected, strict=True):
+        assert math.isclose(row.logprob, float(lp[token]), abs_tol=1e-5)
+        assert len(row.top) == k
+        assert [i for i, _ in row.top] == lp.argsort(descending=True)[:k].tolist()
+        assert all(math.isclose(v, float(lp[i]), abs_tol=1e-5) for i, v in row.top)

@@ -27,17 +27,7 @@ from llmserve_ref.model.weights import TARGET_DIR, load_target
 from llmserve_ref.serving.server import _bind, serve_in_thread
 
 STORY = [{"role": "user", "content": "Tell me a story about Zoé."}]
-
-
-@pytest.fixture(scope="module")
-def server():
-    with serve_in_thread("tiny") as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+JSON = {"content-type": "application/json"}
 
 
 def wait_until(condition, timeout: float = 10.0) -> None:
@@ -346,7 +336,7 @@ def test_unknown_routes_and_methods_get_openai_errors(server, method, path, stat
 
 
 def test_metrics_parse_as_prometheus_text(server, client):
-    httpx.post(f"{server.url}/v1/completions", content=b"{")
+    httpx.post(f"{server.url}/v1/completions", content=b"{", headers=JSON)
     client.completions.create(model="tiny", prompt="Once", max_tokens=3)
     response = httpx.get(f"{server.url}/metrics")
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")

@@ -4,6 +4,9 @@
                        [--max-num-seqs N] [--max-num-batched-tokens N] [--block-size N]
                        [--[no-]enable-prefix-caching] [--max-model-len N]
                        [--kv-cache-memory-bytes BYTES]
+                       [--api-key KEY] [--allowed-origins JSON_LIST]
+                       [--max-request-bytes BYTES] [--max-stop-strings N] [--max-stop-chars N]
+                       [--max-pending-seqs N] [--header-timeout S] [--body-timeout S]
     llmserve-ref bench [--base-url URL] [--concurrency N | --request-rate R] ...
 
 A subcommand's function adds an argparse subparser and sets ``run`` to the
@@ -23,11 +26,14 @@ enable_prefix_caching=True, max_model_len=None, kv_cache_memory_bytes=1073741824
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import sys
 
 from llmserve_ref.engine.batched_engine import EngineConfig
 from llmserve_ref.model.weights import MODEL_DIRS
+from llmserve_ref.serving.limits import Limits
 
 # vLLM's reading of a size: an uppercase suffix is binary, a lowercase one decimal; the
 # IEC spellings (KiB, MiB, GiB) are taken too, and are always binary.
@@ -50,6 +56,23 @@ def memory_bytes(text: str) -> int:
             f"{text!r} is not a byte count (try 67108864, 64M or 64MiB; 64m is decimal)"
         )
     return int(float(match[1]) * UNITS[match[2]])
+
+
+def origins(text: str) -> list[str]:
+    """Web origins as vLLM's --allowed-origins reads them: a JSON list of strings.
+
+    >>> origins('["https://app.example"]')
+    ['https://app.example']
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(o, str) for o in value):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a JSON list of origins (try '[\"https://app.example\"]')"
+        )
+    return value
 
 
 def add_serve(commands: argparse._SubParsersAction) -> None:
@@ -95,6 +118,39 @@ def add_serve(commands: argparse._SubParsersAction) -> None:
         default=defaults.kv_cache_memory_bytes,
         help="KV cache size, e.g. 67108864 or 64MiB",
     )
+    access = parser.add_argument_group("access")
+    access.add_argument(
+        "--api-key",
+        default=os.environ.get("LLMSERVE_API_KEY"),
+        help="clients must send 'Authorization: Bearer KEY' to /v1/* (default: "
+        "$LLMSERVE_API_KEY; unset: no key)",
+    )
+    access.add_argument(
+        "--allowed-origins",
+        type=origins,
+        default=[],
+        help="web origins whose pages may call the server from a browser (CORS), as vLLM "
+        """takes them: a JSON list, e.g. '["https://app.example"]'; default none""",
+    )
+    limits = parser.add_argument_group("limits (each refusal is an OpenAI error naming it)")
+    defaults = Limits()
+    limits.add_argument(
+        "--max-request-bytes", type=memory_bytes, default=defaults.max_request_bytes
+    )
+    limits.add_argument("--max-stop-strings", type=int, default=defaults.max_stop_strings)
+    limits.add_argument("--max-stop-chars", type=int, default=defaults.max_stop_chars)
+    limits.add_argument(
+        "--max-pending-seqs",
+        type=int,
+        default=defaults.max_pending_seqs,
+        help="sequences running or waiting; beyond it, 429 with Retry-After",
+    )
+    limits.add_argument(
+        "--header-timeout", type=float, default=defaults.header_timeout_s, metavar="SECONDS"
+    )
+    limits.add_argument(
+        "--body-timeout", type=float, default=defaults.body_timeout_s, metavar="SECONDS"
+    )
     parser.set_defaults(run=run_serve)
 
 
@@ -109,12 +165,30 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     )
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    from llmserve_ref.serving.server import serve
+def server_limits(args: argparse.Namespace) -> Limits:
+    return Limits(
+        max_request_bytes=args.max_request_bytes,
+        max_stop_strings=args.max_stop_strings,
+        max_stop_chars=args.max_stop_chars,
+        max_pending_seqs=args.max_pending_seqs,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+    )
 
-    config = engine_config(args)
+
+def run_serve(args: argparse.Namespace) -> int:
+    from llmserve_ref.serving.server import Access, serve
+
     serve(
-        args.model, args.host, args.port, args.shutdown_grace, args.log_level, args.engine, config
+        args.model,
+        args.host,
+        args.port,
+        args.shutdown_grace,
+        args.log_level,
+        args.engine,
+        engine_config(args),
+        server_limits(args),
+        Access(args.api_key, tuple(args.allowed_origins)),
     )
     return 0
 

@@ -12,9 +12,14 @@ whole run so that the page shares them, and the fixtures hand those over instead
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from llmserve_ref.model.generate import generate
+from llmserve_ref.model.sampling import SamplingParams
+from llmserve_ref.model.weights import load_target
 
 from . import servers
 
@@ -54,3 +59,28 @@ def ours(tmp_path_factory: pytest.TempPathFactory):
     ) as server:
         print(f"\nllmserve-ref ready after {server.ready_after:.1f} s: {' '.join(server.command)}")
         yield server
+
+
+@pytest.fixture(scope="session")
+def llama_cpp(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """llama.cpp (llama-cpp-python's server) on our GGUF export of the tiny model."""
+    if server := servers.running("llama.cpp"):
+        yield server
+        return
+    with servers.llama_cpp_server(model_dir, tmp_path_factory.mktemp("llama_cpp")) as server:
+        print(f"\nllama.cpp ready after {server.ready_after:.1f} s: {' '.join(server.command)}")
+        yield server
+
+
+@pytest.fixture(scope="session")
+def greedy() -> Callable[[list[int], int], list[int]]:
+    """Our model's greedy continuation of some prompt ids, up to a number of tokens or its
+    <|eos|>, computed in this process on the CPU in float32: what every server must send."""
+    model, tokenizer = load_target("cpu")
+
+    def continuation(prompt_ids: list[int], max_tokens: int) -> list[int]:
+        params = SamplingParams(temperature=0)
+        eos = {tokenizer.eos_id}
+        return list(generate(model, prompt_ids, params, max_tokens, eos))
+
+    return continuation

@@ -1,4 +1,5 @@
-"""Start and stop real serving engines for `nox -s engines`: vLLM's CPU build, and ours.
+"""Start and stop real serving engines for `nox -s engines`: vLLM's CPU build, ours, and
+llama.cpp (through llama-cpp-python's server) on our GGUF export.
 
 Each server runs in a process group of its own (a new session), so stopping it stops
 every process it started: vLLM runs three (the API server, its EngineCore and a Worker).
@@ -27,9 +28,21 @@ from pathlib import Path
 
 import httpx
 
+from llmserve_ref.serving.gguf_export import export
+
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_DIR = ROOT / "src" / "llmserve_ref" / "data" / "models" / "target"
 MODEL_NAME = "tiny"  # what clients put in "model", on both servers
+# Prompts every engine must continue as our model does, greedily, token for token.
+PROMPTS = [
+    "Once upon a time,",
+    "The little fox",
+    "Mia had a red ball.",
+    "<|user|>Tell me a story.<|assistant|>",  # the chat template, written out by hand
+    # Longer than one 32-token block: the prompt's KV spans two blocks on both servers.
+    "Sam and Lily went to the park. They saw a big dog with a red ball. Sam wanted to "
+    "play with the dog, but Lily was scared. The dog ran to them and",
+]
 # Both servers get the same flags: float32, 256 tokens of context (the tiny model's
 # max_position_embeddings), blocks of 32 tokens (vLLM's CPU attention needs a multiple of
 # 32), and a KV cache budget that is deliberately not a whole number of blocks, so that
@@ -62,6 +75,10 @@ def knobs(block_size: int, kv_cache_memory_bytes: int) -> list[str]:
 # where vLLM is not installed (the `tests` session), one visible skip per module.
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 NEEDS_VLLM = "needs vLLM: run `nox -s engines`"
+HAVE_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
+NEEDS_LLAMA_CPP = "needs llama-cpp-python[server]: run `nox -s engines`"
+# Where each server answers 200 once it serves; llama-cpp-python's server has no /health.
+HEALTH = {"llama.cpp": "/v1/models"}
 
 
 @dataclass
@@ -163,8 +180,9 @@ def wait_healthy(server: Server, timeout: float, started: float) -> None:
                 f"ready; the last lines of {server.log}:\n{server.tail()}"
             )
         if server.url:
+            health = HEALTH.get(server.name, "/health")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{server.url}{health}", timeout=2).status_code == 200:
                     server.ready_after = time.monotonic() - started
                     return
         if time.monotonic() > deadline:
@@ -198,6 +216,21 @@ def vllm_command(
 
 
 @contextlib.contextmanager
+def launched(
+    name: str, command: list[str], log: Path, env: dict[str, str], port: int, timeout: float
+) -> Iterator[Server]:
+    """`command`, started and answering on `port` on 127.0.0.1, stopped when the block ends."""
+    started = time.monotonic()
+    server = start(name, command, log, env)
+    server.url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(server, timeout, started)
+        yield server
+    finally:
+        stop(server)
+
+
+@contextlib.contextmanager
 def vllm_server(
     model_dir: Path,
     log_dir: Path,
@@ -215,14 +248,8 @@ def vllm_server(
     """
     port = free_port()
     command = vllm_command(model_dir, port, block_size, kv_cache_memory_bytes)
-    started = time.monotonic()
-    server = start("vLLM", command, log_dir / "vllm.log", vllm_env())
-    server.url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(server, timeout, started)
+    with launched("vLLM", command, log_dir / "vllm.log", vllm_env(), port, timeout) as server:
         yield server
-    finally:
-        stop(server)
 
 
 ANNOUNCE = re.compile(r"llmserve-ref: serving \S+ at (http://\S+)/v1")
@@ -272,12 +299,46 @@ def our_server(
         stop(server)
 
 
+def llama_cpp_command(gguf_path: Path, port: int) -> list[str]:
+    """llama-cpp-python's OpenAI server (llama.cpp underneath) on our GGUF file, with the
+    context length the other two servers have."""
+    return [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf_path),
+        "--model_alias",
+        MODEL_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(MAX_MODEL_LEN),
+    ]
+
+
+@contextlib.contextmanager
+def llama_cpp_server(model_dir: Path, log_dir: Path, timeout: float = 120.0) -> Iterator[Server]:
+    """Export `model_dir` to GGUF (`llmserve_ref.serving.gguf_export`) and serve it with
+    llama.cpp, through llama-cpp-python's server, while the block runs."""
+    gguf_path = log_dir / "tiny.gguf"
+    export(gguf_path, model_dir)
+    port = free_port()
+    command = llama_cpp_command(gguf_path, port)
+    log, env = log_dir / "llama.cpp.log", dict(os.environ)
+    with launched("llama.cpp", command, log, env, port, timeout) as server:
+        yield server
+
+
 # --- Servers started around a whole run (with_servers.py), found through the environment ---
 
 # What the page reads (docs/stage-9/running-a-serving-engine.md), and the tests too.
 ENV = {
     "vLLM": ("VLLM_BASE_URL", "VLLM_LOG"),
     "llmserve-ref": ("LLMSERVE_BASE_URL", "LLMSERVE_LOG"),
+    "llama.cpp": ("LLAMA_CPP_BASE_URL", "LLAMA_CPP_LOG"),
 }
 ENGINES = "LLMSERVE_ENGINES"  # "1": the page's vLLM blocks run (and fail without servers)
 

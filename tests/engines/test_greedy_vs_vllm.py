@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import httpx
 import pytest
-import torch
 
 from llmserve_ref.model.chat_template import render
-from llmserve_ref.model.generate import generate
-from llmserve_ref.model.sampling import SamplingParams
-from llmserve_ref.model.weights import load_target
+from llmserve_ref.model.tokenizer import Tokenizer
+from llmserve_ref.model.weights import TARGET_DIR
 
 from . import servers
 
@@ -24,36 +22,7 @@ if not servers.HAVE_VLLM:
     pytest.skip(servers.NEEDS_VLLM, allow_module_level=True)
 
 MAX_TOKENS = 32
-PROMPTS = [
-    "Once upon a time,",
-    "The little fox",
-    "Mia had a red ball.",
-    "<|user|>Tell me a story.<|assistant|>",  # the chat template, written out by hand
-    # Longer than one 32-token block: the prompt's KV spans two blocks on both servers.
-    "Sam and Lily went to the park. They saw a big dog with a red ball. Sam wanted to "
-    "play with the dog, but Lily was scared. The dog ran to them and",
-]
-
-
-@pytest.fixture(scope="module")
-def reference():
-    """Our model in this process, on the CPU, in float32, and its tokenizer."""
-    model, tokenizer = load_target("cpu")
-    assert next(model.parameters()).dtype == torch.float32
-    return model, tokenizer
-
-
-def greedy(reference, prompt_ids: list[int]) -> list[int]:
-    model, tokenizer = reference
-    return list(
-        generate(
-            model,
-            prompt_ids,
-            SamplingParams(temperature=0),
-            max_new_tokens=MAX_TOKENS,
-            stop_token_ids={tokenizer.eos_id},
-        )
-    )
+tokenizer = Tokenizer.from_file(TARGET_DIR)
 
 
 def post(server: servers.Server, path: str, body: dict) -> dict:
@@ -62,11 +31,10 @@ def post(server: servers.Server, path: str, body: dict) -> dict:
     return response.json()
 
 
-@pytest.mark.parametrize("prompt", PROMPTS)
-def test_completion_tokens_and_text(prompt, reference, vllm, ours):
-    _, tokenizer = reference
+@pytest.mark.parametrize("prompt", servers.PROMPTS)
+def test_completion_tokens_and_text(prompt, greedy, vllm, ours):
     prompt_ids = tokenizer.encode(prompt, add_bos=True)
-    expected = greedy(reference, prompt_ids)
+    expected = greedy(prompt_ids, MAX_TOKENS)
     body = {
         "model": servers.MODEL_NAME,
         "prompt": prompt,
@@ -83,11 +51,10 @@ def test_completion_tokens_and_text(prompt, reference, vllm, ours):
     print(f"\n{prompt!r} -> {theirs['text']!r} ({len(expected)} tokens, same on both)")
 
 
-def test_chat_tokens_and_text(reference, vllm, ours):
-    _, tokenizer = reference
+def test_chat_tokens_and_text(greedy, vllm, ours):
     messages = [{"role": "user", "content": "Tell me a story."}]
     prompt_ids = tokenizer.encode(render(messages))  # the template starts with <|bos|>
-    expected = greedy(reference, prompt_ids)
+    expected = greedy(prompt_ids, MAX_TOKENS)
     body = {
         "model": servers.MODEL_NAME,
         "messages": messages,

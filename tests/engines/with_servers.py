@@ -10,6 +10,8 @@ they are (`servers.page_env`):
 
     VLLM_BASE_URL, LLMSERVE_BASE_URL   the servers' OpenAI base URLs (http://127.0.0.1:PORT/v1)
     VLLM_LOG, LLMSERVE_LOG             their logs, which hold the startup lines
+    LLAMA_CPP_BASE_URL, LLAMA_CPP_LOG  the same for llama.cpp on our GGUF export, where
+                                       llama-cpp-python is installed (the engines session)
     LLMSERVE_ENGINES=1                 the page's vLLM blocks run instead of skipping
 
 The page reads the same variables, with a reader's defaults (ports 8000 and 8001), and
@@ -54,15 +56,18 @@ def main(command: list[str]) -> int:
                 block_size=servers.BLOCK_SIZE,
             )
         )
-        for server in (vllm, ours):
+        running = [vllm, ours]
+        if servers.HAVE_LLAMA_CPP:  # the engines session installs it; its tests skip without
+            running.append(up.enter_context(servers.llama_cpp_server(model_dir, root)))
+        for server in running:
             print(
                 f"{server.name} ready after {server.ready_after:.0f} s at {server.base_url}: "
                 f"{' '.join(server.command)}",
                 flush=True,
             )
-        print(f"both servers up after {time.monotonic() - started:.0f} s", flush=True)
+        print(f"servers up after {time.monotonic() - started:.0f} s", flush=True)
         # vLLM's environment (offline, no usage stats): vLLM's client runs in the command.
-        env = {**servers.vllm_env(), **servers.page_env(vllm, ours)}
+        env = {**servers.vllm_env(), **servers.page_env(*running)}
         return subprocess.run(command, env=env).returncode
 
 

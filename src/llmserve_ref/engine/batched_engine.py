@@ -279,20 +279,21 @@ class BatchedEngine:
         s.num_tokens += 1
         s.first_token = s.first_token or time.perf_counter()
         if output.finish_reason == "stop":  # a stop token: it shows no text
-            return [self._end(output.request_id, s.text.flush(), "stop", output.token_id)]
+            return [self._end(output.request_id, s.text.flush(), "stop", output)]
         text = s.text.step(output.token_id)
         if s.text.stopped:  # a stop string: end it here, and drop it in the core
             self._core.send("abort", output.request_id)
-            return [self._end(output.request_id, text, "stop", output.token_id)]
+            return [self._end(output.request_id, text, "stop", output)]
         if output.finish_reason == "length":
             flushed = text + s.text.flush()
-            return [self._end(output.request_id, flushed, "length", output.token_id)]
-        return [(s.stream, TokenEvent(text, output.token_id))]
+            return [self._end(output.request_id, flushed, "length", output)]
+        return [(s.stream, TokenEvent(text, output.token_id, logprobs=output.logprobs))]
 
     def _end(
-        self, request_id: str, text: str, reason: str, token: int | None = None
+        self, request_id: str, text: str, reason: str, last: TokenOutput | None = None
     ) -> tuple[RequestStream, TokenEvent]:
-        """The last event of a request (the caller holds the lock); it is forgotten here."""
+        """The last event of a request, with its `last` token if one ended it (the caller
+        holds the lock); it is forgotten here."""
         s = self._streams.pop(request_id)
         if reason == "abort":
             with contextlib.suppress(OSError):  # a core that has gone needs no telling
@@ -303,7 +304,9 @@ class BatchedEngine:
             len(s.request.prompt_ids), (first - s.submitted) * 1e3, s.num_tokens,
             (now - first) * 1e3,
         )  # fmt: skip
-        return s.stream, TokenEvent(text, token, reason, timings)
+        if last is None:
+            return s.stream, TokenEvent(text, None, reason, timings)
+        return s.stream, TokenEvent(text, last.token_id, reason, timings, last.logprobs)
 
     # --8<-- [end:read]
 

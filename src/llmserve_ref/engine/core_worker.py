@@ -10,7 +10,8 @@ in a process of its own and the two talk through a pair of pipes:
 * to the core: ``("add", [AddRequest, ...])``, ``("abort", request_id)``,
   ``("close", None)``;
 * from the core: ``("ready", EngineStats)`` once loaded, then ``("step", outputs, stats)``
-  after every step (the token ids it produced) or batch of messages, and
+  after every step (the token ids it produced, each with its logprobs if its request
+  asked) or batch of messages, and
   ``("failed", request_ids, text)`` if a step raised (every request is dropped) or a
   batch of requests was refused (those are); the server ends them with "abort".
 

@@ -40,7 +40,12 @@ from llmserve_ref.engine.block_manager import BlockManager
 from llmserve_ref.engine.model_runner import Chunk, ModelRunner
 from llmserve_ref.engine.scheduler import Request, RequestStatus, Scheduler, SchedulerConfig
 from llmserve_ref.model.llama import Llama
-from llmserve_ref.model.sampling import SamplingParams, next_token
+from llmserve_ref.model.sampling import (
+    SamplingParams,
+    TokenLogprobs,
+    next_token,
+    token_logprobs,
+)
 
 
 # --8<-- [start:sequence]
@@ -66,6 +71,7 @@ class TokenOutput:
     request_id: str
     token_id: int
     finish_reason: str | None = None  # "stop" (a stop token) or "length" (max_tokens)
+    logprobs: TokenLogprobs | None = None  # if the request asked for them
 
 
 # --8<-- [end:sequence]
@@ -112,6 +118,7 @@ class EngineCore:
                 f"{len(prompt_ids)} prompt tokens + {max_tokens} max_tokens exceed the "
                 f"maximum model length {self.max_model_len}"
             )
+        params.check_vocab(self.runner.model.config.vocab_size)
         request = Request(
             request_id, len(prompt_ids), max_tokens, list(prompt_ids), cache_salt=cache_salt
         )
@@ -185,15 +192,18 @@ class EngineCore:
                 sampling.append(self.sequences[request_id])
         logits = self.runner.forward(chunks, out.blocks_to_copy)
         tokens = self.sample(logits, sampling)
+        logprobs = self.logprobs(logits, sampling, tokens)
         self.num_steps += 1
         self.num_scheduled_tokens += out.total_num_scheduled_tokens
         sampled = {s.request_id: t for s, t in zip(sampling, tokens, strict=True)}
         self.scheduler.update_from_output(out, sampled)
         outputs = []
-        for seq, token, row in zip(sampling, tokens, logits, strict=True):
+        for seq, token, row, lp in zip(sampling, tokens, logits, logprobs, strict=True):
             for fork in self._forks(seq, row):
-                outputs.append(self._finish_check(fork, fork.request.token_ids[-1]))
-            outputs.append(self._finish_check(seq, token))
+                fork_token = fork.request.token_ids[-1]
+                fork_lp = self.logprobs(row[None], [fork], [fork_token])[0]
+                outputs.append(self._finish_check(fork, fork_token, fork_lp))
+            outputs.append(self._finish_check(seq, token, lp))
         return outputs
 
     # --8<-- [end:step]
@@ -214,7 +224,26 @@ class EngineCore:
         request, device = seq.request, logits.device
         prompt = torch.tensor([request.token_ids[: request.prompt_len]], device=device)
         output = torch.tensor([request.token_ids[request.prompt_len :]], device=device)
-        return next_token(logits, seq.params, prompt, output.long(), seq.generator)
+        return next_token(
+            logits, seq.params, prompt, output.long(), seq.generator, seq.stop_token_ids
+        )
+
+    def logprobs(
+        self, logits: torch.Tensor, sequences: list[CoreRequest], tokens: list[int]
+    ) -> list[TokenLogprobs | None]:
+        """Each row's logprobs if its request asked; only those rows are gathered, so a
+        step in which nobody asked costs nothing more."""
+        asked = [i for i, s in enumerate(sequences) if s.params.logprobs is not None]
+        found: list[TokenLogprobs | None] = [None] * len(sequences)
+        if asked:
+            rows = token_logprobs(
+                logits[asked],
+                [tokens[i] for i in asked],
+                [sequences[i].params.logprobs for i in asked],
+            )
+            for i, row in zip(asked, rows, strict=True):
+                found[i] = row
+        return found
 
     # --8<-- [end:sample]
 
@@ -231,25 +260,30 @@ class EngineCore:
         seq.request.n = 1
         return forks
 
-    def _finish_check(self, seq: CoreRequest, token: int) -> TokenOutput:
+    def _finish_check(
+        self, seq: CoreRequest, token: int, logprobs: TokenLogprobs | None
+    ) -> TokenOutput:
         request = seq.request
         if request.status is RequestStatus.FINISHED:  # max_tokens reached
             self.sequences.pop(seq.request_id, None)
-            return TokenOutput(seq.request_id, token, "length")
+            return TokenOutput(seq.request_id, token, "length", logprobs)
         if token in seq.stop_token_ids:
             self.scheduler.finish(request)
             self.sequences.pop(seq.request_id, None)
-            return TokenOutput(seq.request_id, token, "stop")
-        return TokenOutput(seq.request_id, token)
+            return TokenOutput(seq.request_id, token, "stop", logprobs)
+        return TokenOutput(seq.request_id, token, None, logprobs)
 
 
 def _is_plain_greedy(params: SamplingParams) -> bool:
-    """Greedy with no penalty: the argmax of the raw logits, no per-row work."""
+    """Greedy with nothing that moves the argmax: the argmax of the raw logits, no per-row
+    work."""
     return (
         params.temperature == 0
         and params.repetition_penalty == 1.0
         and not params.frequency_penalty
         and not params.presence_penalty
+        and not params.logit_bias
+        and not params.min_tokens
     )
 
 

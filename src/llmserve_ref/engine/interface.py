@@ -19,7 +19,7 @@ hands each event over with ``loop.call_soon_threadsafe``.
 ...     stream.put(TokenEvent(" hi", 5, "length"))
 ...     return [event async for event in stream]
 >>> asyncio.run(one_event())
-[TokenEvent(text=' hi', token_id=5, finish_reason='length', timings=None)]
+[TokenEvent(text=' hi', token_id=5, finish_reason='length', timings=None, logprobs=None)]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from llmserve_ref.model.sampling import SamplingParams
+from llmserve_ref.model.sampling import SamplingParams, TokenLogprobs
 from llmserve_ref.model.tokenizer import Tokenizer
 
 
@@ -72,13 +72,15 @@ class Timings:
 
 @dataclass(frozen=True)
 class TokenEvent:
-    """One sampled token: the text it makes visible ('' if none yet), and on the last event
-    the finish reason (``"stop"``, ``"length"`` or ``"abort"``) and the timings."""
+    """One sampled token: the text it makes visible ('' if none yet), its logprobs if the
+    request asked for them, and on the last event the finish reason (``"stop"``,
+    ``"length"`` or ``"abort"``) and the timings."""
 
     text: str
     token_id: int | None
     finish_reason: str | None = None
     timings: Timings | None = None
+    logprobs: TokenLogprobs | None = None
 
 
 class EngineUnavailable(RuntimeError):

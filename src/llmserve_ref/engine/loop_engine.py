@@ -48,7 +48,7 @@ from llmserve_ref.engine.interface import (
 from llmserve_ref.model.detokenizer import TextStream
 from llmserve_ref.model.kv_cache import KVCache
 from llmserve_ref.model.llama import Llama
-from llmserve_ref.model.sampling import next_token
+from llmserve_ref.model.sampling import TokenLogprobs, next_token, token_logprobs
 from llmserve_ref.model.tokenizer import Tokenizer
 from llmserve_ref.model.weights import MODEL_DIRS, load
 
@@ -216,33 +216,39 @@ class LoopEngine:
         self.steps += 1
         self.scheduled_tokens += ids.shape[1]
         token = self._sample(s, logits)
+        num_top = s.request.params.logprobs
+        lp = None if num_top is None else token_logprobs(logits, [token], [num_top])[0]
         if not s.output:
             s.prompt_ms = (time.perf_counter() - start) * 1e3
             s.decode_start = time.perf_counter()
         s.output.append(token)
         if token in self._stop_ids and not s.request.ignore_eos:
-            self._finish(s, s.text.flush(), "stop")
+            self._finish(s, s.text.flush(), "stop", lp)
             return
         text = s.text.step(token)
         if s.text.stopped:
-            self._finish(s, text, "stop")
+            self._finish(s, text, "stop", lp)
         elif len(s.output) == s.request.max_tokens:
-            self._finish(s, text + s.text.flush(), "length")
+            self._finish(s, text + s.text.flush(), "length", lp)
         else:
-            s.stream.put(TokenEvent(text, token))
+            s.stream.put(TokenEvent(text, token, logprobs=lp))
 
     def _sample(self, s: _Sequence, logits: torch.Tensor) -> int:
         device = logits.device
         prompt = torch.tensor([s.request.prompt_ids], device=device)
         output = torch.tensor([s.output], dtype=torch.long, device=device)
-        return next_token(logits, s.request.params, prompt, output, s.generator)
+        stops = () if s.request.ignore_eos else self._stop_ids
+        return next_token(logits, s.request.params, prompt, output, s.generator, stops)
 
     # --8<-- [end:step]
 
-    def _finish(self, s: _Sequence, text: str, reason: str) -> None:
-        """Send the last event and mark `s` finished; its cache is dropped with it."""
+    def _finish(
+        self, s: _Sequence, text: str, reason: str, logprobs: TokenLogprobs | None = None
+    ) -> None:
+        """Send the last event (with its token's `logprobs`, if asked for) and mark `s`
+        finished; its cache is dropped with it."""
         decode_ms = (time.perf_counter() - s.decode_start) * 1e3 if s.output else 0.0
         timings = Timings(len(s.request.prompt_ids), s.prompt_ms, len(s.output), decode_ms)
         token = s.output[-1] if s.output else None
         s.done, s.cache = True, None  # before the reader can see the last event
-        s.stream.put(TokenEvent(text, token, reason, timings))
+        s.stream.put(TokenEvent(text, token, reason, timings, logprobs))

@@ -72,7 +72,7 @@ def generate(
     output: list[int] = []
     while True:
         output_ids = torch.tensor([output], dtype=torch.long, device=device)
-        token = next_token(logits, params, prompt, output_ids, generator)
+        token = next_token(logits, params, prompt, output_ids, generator, stop_token_ids)
         output.append(token)
         yield token
         if token in stop_token_ids or len(output) == max_new_tokens:

@@ -3,6 +3,8 @@
 The model gives one logit per vocabulary entry. Decoding strategies are small
 functions that reshape those logits before one token is drawn:
 
+* `logit_bias` adds a fixed amount to chosen tokens' logits (OpenAI's field), and
+  `min_tokens` bans the stop tokens until that many tokens are out (vLLM's);
 * penalties push down tokens already seen: `repetition_penalty` (the CTRL /
   Hugging Face rule: divide a positive logit, multiply a negative one) and
   `frequency_presence_penalty` (OpenAI's rule: subtract ``count × frequency``
@@ -15,13 +17,14 @@ functions that reshape those logits before one token is drawn:
 
 Every function takes logits of shape ``[..., vocab]`` and returns new logits of
 the same shape; none modifies its input. `process_logits` applies them in
-vLLM 0.32.0's order (its V1 sampler, ``vllm/v1/sample/sampler.py``): penalties,
-temperature, min-p, then top-k and top-p. Hugging Face transformers and vLLM's
-older V0 sampler apply min-p last instead, which keeps more tokens when top-p is
-also set. `sample` draws from the resulting distribution with a
-`torch.Generator`, so the same seed gives the same tokens. Ties follow one rule everywhere: a token
-tied with the last one kept by top-k or min-p is kept too; top-p and greedy
-break ties by the lower token id.
+vLLM 0.32.0's order (its V1 sampler, ``vllm/v1/sample/sampler.py``): min-tokens
+and logit bias, penalties, temperature, min-p, then top-k and top-p. Hugging Face
+transformers and vLLM's older V0 sampler apply min-p last instead, which keeps more
+tokens when top-p is also set. `sample` draws from the resulting distribution with
+a `torch.Generator`, so the same seed gives the same tokens; `token_logprobs` says
+how likely the model found the token drawn (the API's ``logprobs``). Ties follow
+one rule everywhere: a token tied with the last one kept by top-k or min-p is kept
+too; top-p and greedy break ties by the lower token id.
 
 >>> import torch
 >>> logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
@@ -40,11 +43,16 @@ tensor([0.6945, 0.1990, 0.1065, 0.0000])
 
 from __future__ import annotations
 
+import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 NEG_INF = float("-inf")
+MAX_TEMPERATURE = 2.0  # vLLM 0.32 and OpenAI refuse a higher temperature
+MIN_TEMPERATURE = 0.01  # a lower positive one samples as this (see `temperature`)
+MAX_LOGPROBS = 20  # top logprobs per token: OpenAI's chat limit, vLLM's default max_logprobs
 
 
 # --8<-- [start:params]
@@ -60,6 +68,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     seed: int | None = None
+    logit_bias: Mapping[int, float] | None = None  # token id -> added to its logit
+    min_tokens: int = 0  # no stop token before this many tokens
+    logprobs: int | None = None  # report the token's logprob and this many top ones
 
     def __post_init__(self) -> None:
         _check_temperature(self.temperature)
@@ -74,14 +85,38 @@ class SamplingParams:
                 raise ValueError(
                     f"{name} must be between -2.0 and 2.0 (OpenAI's range), got {value}"
                 )
+        for token, bias in (self.logit_bias or {}).items():
+            if token < 0 or not -100.0 <= bias <= 100.0:
+                raise ValueError(
+                    f"logit_bias maps token ids (>= 0) to a bias in [-100, 100] (OpenAI's "
+                    f"range), got {token}: {bias}"
+                )
+        if self.min_tokens < 0:
+            raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(
+                f"logprobs must be in [0, {MAX_LOGPROBS}] top tokens (vLLM's default "
+                f"max_logprobs), got {self.logprobs}"
+            )
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Refuse a `logit_bias` on a token id the model does not have."""
+        outside = sorted(t for t in self.logit_bias or {} if t >= vocab_size)
+        if outside:
+            raise ValueError(
+                f"logit_bias has token ids outside the vocabulary [0, {vocab_size}): {outside}"
+            )
 
 
 # --8<-- [end:params]
 
 
 def _check_temperature(t: float) -> None:
-    if t < 0:
-        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {t}")
+    if not 0 <= t <= MAX_TEMPERATURE:  # NaN fails this too
+        raise ValueError(
+            f"temperature must be in [0, {MAX_TEMPERATURE:g}] (0 means greedy; vLLM's range), "
+            f"got {t}"
+        )
 
 
 def _check_top_k(k: int) -> None:
@@ -100,7 +135,7 @@ def _check_min_p(p: float) -> None:
 
 
 def _check_repetition_penalty(penalty: float) -> None:
-    if penalty <= 0:
+    if not 0 < penalty < math.inf:  # NaN fails this too
         raise ValueError(f"repetition_penalty must be > 0 (1.0 means no penalty), got {penalty}")
 
 
@@ -121,7 +156,9 @@ def temperature(logits: torch.Tensor, t: float) -> torch.Tensor:
         keep = torch.zeros_like(logits, dtype=torch.bool)
         keep.scatter_(-1, greedy(logits).unsqueeze(-1), True)
         return logits.masked_fill(~keep, NEG_INF)
-    return logits / t
+    # A tiny T overflows float32 logits to inf and the softmax to NaN: like vLLM 0.32
+    # (`_MAX_TEMP` in vllm/sampling_params.py), treat any T below 0.01 as 0.01.
+    return logits / max(t, MIN_TEMPERATURE)
 
 
 # --8<-- [end:temperature]
@@ -211,23 +248,57 @@ def frequency_presence_penalty(
 # --8<-- [end:frequency_presence_penalty]
 
 
+# --8<-- [start:logit_bias]
+def logit_bias(logits: torch.Tensor, bias: Mapping[int, float]) -> torch.Tensor:
+    """OpenAI's ``logit_bias``: add each listed token's bias to its logit.
+
+    A bias of -100 all but bans a token and +100 all but forces it; small ones nudge.
+    """
+    ids = torch.tensor(list(bias), dtype=torch.long, device=logits.device)
+    values = torch.tensor(list(bias.values()), dtype=logits.dtype, device=logits.device)
+    return logits.index_add(-1, ids, values.expand(*logits.shape[:-1], len(bias)))
+
+
+# --8<-- [end:logit_bias]
+
+
+# --8<-- [start:min_tokens]
+def min_tokens(
+    logits: torch.Tensor, num_output: int, minimum: int, stop_token_ids: Collection[int]
+) -> torch.Tensor:
+    """Ban the stop tokens while fewer than `minimum` tokens have been generated."""
+    if num_output >= minimum or not stop_token_ids:
+        return logits
+    ids = torch.tensor(sorted(stop_token_ids), dtype=torch.long, device=logits.device)
+    return logits.index_fill(-1, ids, NEG_INF)
+
+
+# --8<-- [end:min_tokens]
+
+
 # --8<-- [start:process_logits]
 def process_logits(
     logits: torch.Tensor,
     params: SamplingParams,
     prompt_ids: torch.Tensor | None = None,
     output_ids: torch.Tensor | None = None,
+    stop_token_ids: Collection[int] = (),
 ) -> torch.Tensor:
     """Apply every sampler `params` asks for to `logits`, in vLLM 0.32.0's order.
 
-    Penalties, then temperature, then min-p, then top-k, then top-p, as vLLM's V1
-    `Sampler` does (min-p is its built-in argmax-invariant logits processor, run
-    after temperature and before `TopKTopPSampler`). Min-p before top-p matters:
+    `min_tokens` (it bans `stop_token_ids`) and `logit_bias` first, then penalties,
+    then temperature, then min-p, then top-k, then top-p, as vLLM's V1 `Sampler`
+    does: the first two are its logits processors that can change the argmax, so
+    they run before greedy picks; min-p is its built-in argmax-invariant one, run
+    after temperature and before `TopKTopPSampler`. Min-p before top-p matters:
     top-p then measures its mass among the tokens min-p kept.
     """
     empty = torch.zeros((*logits.shape[:-1], 0), dtype=torch.long, device=logits.device)
     prompt_ids = empty if prompt_ids is None else prompt_ids
     output_ids = empty if output_ids is None else output_ids
+    logits = min_tokens(logits, output_ids.shape[-1], params.min_tokens, stop_token_ids)
+    if params.logit_bias:
+        logits = logit_bias(logits, params.logit_bias)
     if params.repetition_penalty != 1.0:
         seen = torch.cat((prompt_ids, output_ids), dim=-1)
         logits = repetition_penalty(logits, seen, params.repetition_penalty)
@@ -263,15 +334,50 @@ def next_token(
     prompt_ids: torch.Tensor | None = None,
     output_ids: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    stop_token_ids: Collection[int] = (),
 ) -> int:
     """The next token of one sequence from its logits ``[1, vocab]``: every sampler, then a pick.
 
     Greedy at temperature 0 (no randomness used), else one draw with `generator`.
     """
-    logits = process_logits(logits.float(), params, prompt_ids, output_ids)
+    logits = process_logits(logits.float(), params, prompt_ids, output_ids, stop_token_ids)
     if params.temperature == 0:
         return int(greedy(logits)[0])
     return int(sample(logits.softmax(dim=-1), generator)[0])
 
 
 # --8<-- [end:next_token]
+
+
+# --8<-- [start:logprobs]
+@dataclass(frozen=True, slots=True)
+class TokenLogprobs:
+    """How likely the model found a sampled token, and the most likely tokens at its place."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # (token id, logprob), most likely first
+
+
+def token_logprobs(
+    logits: torch.Tensor, token_ids: Sequence[int], num_top: Sequence[int]
+) -> list[TokenLogprobs]:
+    """Row i's logprob of ``token_ids[i]`` and its ``num_top[i]`` most likely tokens.
+
+    These are the model's own log-probabilities, ``log_softmax`` of the raw logits,
+    before any sampler reshaped them: vLLM 0.32's default (``logprobs_mode=
+    "raw_logprobs"``, computed first thing in its V1 ``Sampler.forward``). So
+    temperature, top-p or a logit bias never change them, and a greedy token's
+    logprob is the model's. One ``topk`` serves every row.
+    """
+    logprobs = logits.float().log_softmax(dim=-1)
+    ids = torch.tensor(token_ids, dtype=torch.long, device=logits.device)[:, None]
+    chosen = logprobs.gather(-1, ids)[:, 0].tolist()
+    values, top_ids = logprobs.topk(max(num_top, default=0), dim=-1)
+    values, top_ids = values.tolist(), top_ids.tolist()
+    return [
+        TokenLogprobs(lp, tuple(zip(top_ids[i][:k], values[i][:k], strict=True)))
+        for i, (lp, k) in enumerate(zip(chosen, num_top, strict=True))
+    ]
+
+
+# --8<-- [end:logprobs]

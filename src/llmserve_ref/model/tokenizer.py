@@ -13,12 +13,20 @@ We train it with Hugging Face `tokenizers` on our own corpus and save a
 ``<|bos|>`` starts every document, ``<|eos|>`` ends it, and ``<|user|>`` /
 ``<|assistant|>`` mark the turns of a chat.
 
+A special token's *string* can also appear in text. `Tokenizer.encode` reads it as
+the control token by default, as ``transformers`` and vLLM do for a raw completion
+prompt (which is the caller's own template); with ``split_special_tokens=True`` it
+is plain text, which is how the chat template encodes what users write, so that a
+message cannot open a turn of its own.
+
 >>> tok = Tokenizer.train(["the cat sat on the mat. " * 20], vocab_size=300)
 >>> ids = tok.encode("the cat")
 >>> tok.decode(ids)
 'the cat'
 >>> tok.decode([tok.bos_id]), tok.eos_id
 ('<|bos|>', 1)
+>>> tok.encode("<|user|>"), tok.user_id in tok.encode("<|user|>", split_special_tokens=True)
+([2], False)
 """
 
 from __future__ import annotations
@@ -35,13 +43,27 @@ SPECIAL_TOKENS = [BOS, EOS, USER, ASSISTANT]
 
 # A chat template in the Jinja dialect `transformers` uses, so that
 # `tokenizer.apply_chat_template(messages)` writes what the models were trained on.
+# `llmserve_ref.model.chat_template.render` is its Python twin (and says why system
+# messages go in front of the first user message); raise_exception is the function
+# `transformers`, vLLM and llama.cpp give templates for refusing a conversation.
 CHAT_TEMPLATE = (
-    "{{ '<|bos|>' }}{% for message in messages %}"
-    "{% if message['role'] == 'user' %}{{ '<|user|>' + message['content'] }}"
+    "{% set ns = namespace(system='', started=false) %}{{ '<|bos|>' }}"
+    "{% for message in messages %}"
+    "{% if message['role'] in ['system', 'developer'] %}"
+    "{% if ns.started %}{{ raise_exception('messages[' ~ loop.index0 ~ '] is a '"
+    " ~ message['role'] ~ ' message after the conversation began: move it to the start.') }}"
+    "{% endif %}{% set ns.system = ns.system + message['content'] + '\\n\\n' %}"
+    "{% elif message['role'] == 'user' %}{{ '<|user|>' + ns.system + message['content'] }}"
+    "{% set ns.system = '' %}{% set ns.started = true %}"
     "{% elif message['role'] == 'assistant' %}"
-    "{{ '<|assistant|>' + message['content'] + '<|eos|>' }}"
+    "{% if ns.system %}{{ raise_exception('messages[' ~ loop.index0 ~ '] is an assistant"
+    " message right after a system message: put a user message after it.') }}{% endif %}"
+    "{{ '<|assistant|>' + message['content'] + '<|eos|>' }}{% set ns.started = true %}"
+    "{% else %}{{ raise_exception('messages[' ~ loop.index0 ~ '] has role ' ~ message['role']"
+    " ~ ', which this chat template cannot render.') }}"
     "{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+    "{% if ns.system %}{{ raise_exception('system instructions but no user message.') }}"
+    "{% endif %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )
 
 
@@ -51,6 +73,11 @@ class Tokenizer:
 
     def __init__(self, backend: HFTokenizer) -> None:
         self.backend = backend
+        # A copy that reads special-token strings as plain text (`tokenizers`' own switch,
+        # which `transformers` calls split_special_tokens). A copy, not a flag flipped per
+        # call, so that concurrent encodes never see each other's setting.
+        self._literal = HFTokenizer.from_str(backend.to_str())
+        self._literal.encode_special_tokens = True
         self.bos_id: int = backend.token_to_id(BOS)
         self.eos_id: int = backend.token_to_id(EOS)
         self.user_id: int = backend.token_to_id(USER)
@@ -89,9 +116,27 @@ class Tokenizer:
         """How many distinct token ids there are (special tokens included)."""
         return self.backend.get_vocab_size()
 
-    def encode(self, text: str, add_bos: bool = False) -> list[int]:
-        """The token ids of `text`; special-token strings such as ``<|user|>`` map to their ids."""
-        ids = self.backend.encode(text, add_special_tokens=False).ids
+    @property
+    def max_token_chars(self) -> int:
+        """The most characters one token can stand for: a text of more than
+        ``n * max_token_chars`` characters is more than ``n`` tokens, known without encoding it.
+
+        Byte-level BPE writes each byte of a token as one character of its vocabulary entry,
+        and a character is at least one byte, so an entry's length bounds the characters
+        the token covers (special tokens included: their text is their entry).
+        """
+        return max(len(entry) for entry in self.backend.get_vocab(with_added_tokens=True))
+
+    def encode(
+        self, text: str, add_bos: bool = False, split_special_tokens: bool = False
+    ) -> list[int]:
+        """The token ids of `text`, after a BOS if `add_bos`.
+
+        Special-token strings such as ``<|user|>`` map to their control ids, unless
+        `split_special_tokens`: then they are text like any other, several ordinary tokens.
+        """
+        backend = self._literal if split_special_tokens else self.backend
+        ids = backend.encode(text, add_special_tokens=False).ids
         return [self.bos_id, *ids] if add_bos else ids
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:

@@ -94,7 +94,13 @@ def export(path: str | Path, model_dir: str | Path = TARGET_DIR) -> None:
     writer.add_bos_token_id(tokenizer.bos_id)
     writer.add_eos_token_id(tokenizer.eos_id)
     writer.add_pad_token_id(tokenizer.eos_id)
-    writer.add_add_bos_token(False)  # the chat template writes <|bos|> itself
+    # Every prompt starts with exactly one <|bos|>, as on our server and vLLM. llama.cpp
+    # puts BOS in front of a raw prompt when add_bos_token is set (llama-vocab.cpp), and
+    # before tokenizing a chat it strips the <|bos|> our template writes (common/chat.cpp),
+    # so a chat starts with one too; llama-cpp-python tokenizes its chat prompt without
+    # adding one. With False, a raw prompt would reach the model without BOS.
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)  # the model ends its turn with <|eos|> itself
     writer.add_chat_template(CHAT_TEMPLATE)
 
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, c.num_hidden_layers)
@@ -118,10 +124,14 @@ def export(path: str | Path, model_dir: str | Path = TARGET_DIR) -> None:
 
 
 # --8<-- [start:modelfile]
-# The chat template in the Go template syntax Ollama uses: the same text as `render` writes.
+# The chat template in the Go template syntax Ollama uses: the same text as `render` writes,
+# system and developer messages in front of the next user message. A Go template cannot
+# refuse a conversation, so a role it cannot place is left out.
 OLLAMA_TEMPLATE = (
-    "<|bos|>{{- range .Messages }}"
-    '{{- if eq .Role "user" }}<|user|>{{ .Content }}'
+    '<|bos|>{{- $system := "" }}{{- range .Messages }}'
+    '{{- if or (eq .Role "system") (eq .Role "developer") }}'
+    '{{- $system = printf "%s%s\\n\\n" $system .Content }}'
+    '{{- else if eq .Role "user" }}<|user|>{{ $system }}{{ .Content }}{{- $system = "" }}'
     '{{- else if eq .Role "assistant" }}<|assistant|>{{ .Content }}<|eos|>'
     "{{- end }}{{- end }}<|assistant|>"
 )

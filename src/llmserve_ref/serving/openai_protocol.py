@@ -30,12 +30,18 @@ llmserve_ref.serving.openai_protocol.OpenAIError: Invalid type for 'n': Input sh
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
+from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from llmserve_ref.engine.interface import Timings
+from llmserve_ref.model.detokenizer import token_bytes
+from llmserve_ref.model.sampling import MAX_LOGPROBS, TokenLogprobs
+from llmserve_ref.model.tokenizer import Tokenizer
 
 
 # --8<-- [start:error]
@@ -100,7 +106,10 @@ class Message(_Schema):
 
 
 class _Sampling(_Schema):
-    """Fields both endpoints share."""
+    """Fields both endpoints share. Fields it does not declare are kept aside
+    (``model_extra``) for `check_supported`, and otherwise ignored."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
@@ -112,7 +121,7 @@ class _Sampling(_Schema):
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)  # int64, as vLLM
     n: int = Field(default=1, ge=1, le=16)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -120,6 +129,22 @@ class _Sampling(_Schema):
     # and a per-tenant salt, so that only requests with the same salt share cached prefixes.
     ignore_eos: bool = False
     cache_salt: str | None = Field(default=None, min_length=1)
+    # Token id (a JSON key, so a string) -> a bias in [-100, 100] added to its logit.
+    logit_bias: dict[int, float] | None = None
+    min_tokens: int = 0  # vLLM's: no stop token before this many tokens
+
+    def check_supported(self) -> None:
+        """Refuse a field that would change the output and that this server does not
+        implement: ignoring it, as an unknown field is ignored, would answer 200 with an
+        output the client did not ask for. Harmless fields (``user``, ``metadata``) pass."""
+        extra = self.model_extra or {}
+        for name in UNSUPPORTED:
+            if extra.get(name) and extra[name] != "none":  # tool_choice "none": no tools
+                raise _unsupported(name)
+        if extra.get("response_format") not in (None, {"type": "text"}):
+            raise _unsupported("response_format", "only {'type': 'text'} is")
+        if extra.get("best_of") not in (None, self.n):
+            raise _unsupported("best_of", "only best_of equal to n is")
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -139,6 +164,23 @@ class CompletionRequest(_Sampling):
     """``POST /v1/completions``: continue a prompt (text, or token ids used as they are)."""
 
     prompt: str | list[int]
+    echo: bool = False  # each choice's text starts with the prompt
+    # OpenAI's legacy shape: each token's logprob and up to this many likeliest tokens.
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_prompt_logprobs(cls, logprobs: int | None, info: ValidationInfo) -> int | None:
+        if logprobs is not None and info.data.get("echo"):
+            raise ValueError(
+                "echo with logprobs asks for the prompt's logprobs, which this server does "
+                "not compute; send echo or logprobs, not both"
+            )
+        return logprobs
+
+    def num_logprobs(self) -> int | None:
+        """How many top logprobs each token reports (None: no logprobs at all)."""
+        return self.logprobs
 
 
 class ChatCompletionRequest(_Sampling):
@@ -146,11 +188,53 @@ class ChatCompletionRequest(_Sampling):
 
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False  # each token's logprob ...
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)  # ... and the likeliest
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _needs_logprobs(cls, top: int | None, info: ValidationInfo) -> int | None:
+        if top and not info.data.get("logprobs"):  # vLLM and OpenAI refuse it too
+            raise ValueError("top_logprobs needs logprobs set to true")
+        return top
+
+    def num_logprobs(self) -> int | None:
+        """How many top logprobs each token reports (None: no logprobs at all)."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def token_limit(self) -> tuple[int | None, str]:
         if self.max_completion_tokens is not None:  # the newer name wins
             return self.max_completion_tokens, "max_completion_tokens"
         return self.max_tokens, "max_tokens"
+
+
+# Fields of OpenAI's API (and vLLM's) that change the output, which this server does not
+# implement: a request that sets one gets a 400 naming it (`_Sampling.check_supported`).
+UNSUPPORTED = (
+    "tools",
+    "tool_choice",
+    "functions",
+    "function_call",
+    "suffix",
+    "audio",
+    "modalities",
+    "prediction",
+    "web_search_options",
+    "structured_outputs",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+)
+
+
+def _unsupported(name: str, what: str = "it is not") -> OpenAIError:
+    return OpenAIError(
+        f"'{name}' is not supported by this server ({what} implemented), and ignoring it "
+        "would change the output. Remove it from the request.",
+        param=name,
+        code="unsupported_parameter",
+    )
 
 
 # --8<-- [end:requests]
@@ -160,7 +244,7 @@ class ChatCompletionRequest(_Sampling):
 def parse(body: bytes, schema: type[_Sampling]) -> _Sampling:
     """The request in `body`, or an `OpenAIError` naming the first problem."""
     try:
-        return schema.model_validate_json(body)
+        request = schema.model_validate_json(body)
     except ValidationError as error:
         problem = error.errors()[0]
         param = _param(problem["loc"])
@@ -182,6 +266,8 @@ def parse(body: bytes, schema: type[_Sampling]) -> _Sampling:
         raise OpenAIError(
             f"Invalid {kind} for '{param}': {problem['msg']}.", param=param, code=f"invalid_{kind}"
         ) from None
+    request.check_supported()
+    return request
 
 
 def _param(loc: tuple[str | int, ...]) -> str | None:
@@ -244,17 +330,81 @@ def completion_object(
     }
 
 
-def choice_delta(chat: bool, index: int, text: str | None, finish_reason: str | None) -> dict:
+def choice_delta(
+    chat: bool,
+    index: int,
+    text: str | None,
+    finish_reason: str | None,
+    logprobs: dict | None = None,
+) -> dict:
     """A streamed choice: a chat ``delta`` (``{}`` when `text` is None), or completion ``text``."""
     delta = {} if text is None else {"content": text}
     body = {"delta": delta} if chat else {"text": text or ""}
-    return {"index": index, **body, "logprobs": None, "finish_reason": finish_reason}
+    return {"index": index, **body, "logprobs": logprobs, "finish_reason": finish_reason}
 
 
-def choice(chat: bool, index: int, text: str, finish_reason: str | None) -> dict:
+def choice(
+    chat: bool, index: int, text: str, finish_reason: str | None, logprobs: dict | None = None
+) -> dict:
     """A whole choice of a non-streamed response."""
     body = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
-    return {"index": index, **body, "logprobs": None, "finish_reason": finish_reason}
+    return {"index": index, **body, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def logprobs_json(
+    chat: bool,
+    tokens: Sequence[tuple[int, TokenLogprobs]],
+    tokenizer: Tokenizer,
+    text_offset: int = 0,
+) -> dict:
+    """The ``logprobs`` of a choice (or a chunk) for its `tokens`, each a token id and its
+    logprobs: chat's ``{"content": [...]}``, each token with its text, logprob, UTF-8 bytes
+    and likeliest alternatives; or the completions API's legacy four parallel lists, whose
+    ``text_offset`` counts characters from `text_offset`, and whose ``top_logprobs`` map
+    the token itself and its likeliest alternatives to their logprobs, as vLLM and OpenAI
+    do. A token's text is its own bytes decoded (``�`` for part of a character); ``bytes``
+    keeps the exact bytes, so a client can join split characters."""
+    pieces = _token_pieces(tokenizer)
+
+    def text(token_id: int) -> str:
+        return pieces[token_id].decode("utf-8", errors="replace")
+
+    if chat:
+
+        def entry(token_id: int, logprob: float) -> dict:
+            return {"token": text(token_id), "logprob": logprob, "bytes": list(pieces[token_id])}
+
+        return {
+            "content": [
+                {**entry(t, lp.logprob), "top_logprobs": [entry(i, v) for i, v in lp.top]}
+                for t, lp in tokens
+            ]
+        }
+    texts = [text(t) for t, _ in tokens]
+    return {
+        "tokens": texts,
+        "token_logprobs": [lp.logprob for _, lp in tokens],
+        "top_logprobs": [
+            {text(t): lp.logprob, **{text(i): v for i, v in lp.top}} for t, lp in tokens
+        ],
+        "text_offset": list(itertools.accumulate(map(len, texts), initial=text_offset))[:-1],
+    }
+
+
+@functools.cache
+def _token_pieces(tokenizer: Tokenizer) -> list[bytes]:
+    """Every token's bytes, computed once per tokenizer."""
+    return token_bytes(tokenizer)
+
+
+def echo_text(
+    body: CompletionRequest | ChatCompletionRequest, prompt_ids: list[int], tokenizer: Tokenizer
+) -> str:
+    """What each choice's text starts with: the prompt if a completion asked for ``echo``
+    (a prompt of token ids decoded, as vLLM does), else nothing."""
+    if not isinstance(body, CompletionRequest) or not body.echo:
+        return ""
+    return body.prompt if isinstance(body.prompt, str) else tokenizer.decode(prompt_ids)
 
 
 # --8<-- [end:responses]

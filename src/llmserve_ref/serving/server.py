@@ -1,12 +1,13 @@
 """An OpenAI-compatible HTTP server: the API clients speak, in front of an `Engine`.
 
-Five routes, on Starlette under uvicorn:
+Six routes, on Starlette under uvicorn:
 
 * ``POST /v1/chat/completions`` and ``POST /v1/completions`` generate, whole or
   streamed as server-sent events (``"stream": true``), with ``n`` choices;
 * ``GET /v1/models`` names the one model served;
 * ``GET /health`` answers while the server is up;
-* ``GET /metrics`` is the Prometheus text of `llmserve_ref.serving.metrics`.
+* ``GET /metrics`` is the Prometheus text of `llmserve_ref.serving.metrics`;
+* ``GET /openapi.json`` describes them all (`llmserve_ref.serving.openapi`).
 
 The handlers only translate: JSON in (`llmserve_ref.serving.openai_protocol`), prompt
 token ids and `EngineRequest` objects to the engine, its token events back out
@@ -19,6 +20,11 @@ a client that disconnects mid-stream has its generation cancelled (the stream's
 no``); and SIGINT/SIGTERM shut down gracefully: stop accepting, let in-flight
 streams finish for up to ``shutdown_grace`` seconds, end the rest with a last
 chunk whose ``finish_reason`` is ``"abort"``, and exit with status 0.
+
+A shared server must also refuse what would cost everyone else, before it costs:
+`llmserve_ref.serving.limits` bounds the body, the prompt, the stop strings, the queue
+and how long a client may take to send (each refusal an OpenAI error naming the limit),
+and `Access` sets an API key for ``/v1/*`` and the web origins allowed to call it.
 
 To run it: ``llmserve-ref serve`` (see `llmserve_ref.cli`), or in-process,
 on a free port, for tests and pages:
@@ -37,22 +43,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hmac
+import ipaddress
 import signal
 import socket
+import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from llmserve_ref.engine.batched_engine import BatchedEngine, EngineConfig
 from llmserve_ref.engine.interface import (
@@ -64,8 +75,10 @@ from llmserve_ref.engine.interface import (
     TokenEvent,
 )
 from llmserve_ref.engine.loop_engine import LoopEngine
-from llmserve_ref.model.chat_template import render
-from llmserve_ref.model.sampling import SamplingParams
+from llmserve_ref.model.chat_template import render_ids
+from llmserve_ref.model.sampling import SamplingParams, TokenLogprobs
+from llmserve_ref.model.tokenizer import Tokenizer
+from llmserve_ref.serving.limits import Limits, check_prompt_chars
 from llmserve_ref.serving.metrics import ServerMetrics
 from llmserve_ref.serving.openai_protocol import (
     ChatCompletionRequest,
@@ -74,13 +87,23 @@ from llmserve_ref.serving.openai_protocol import (
     choice,
     choice_delta,
     completion_object,
+    echo_text,
+    logprobs_json,
     parse,
     sse,
     timings,
     usage,
 )
+from llmserve_ref.serving.openapi import openapi_document
 
-ENDPOINTS = ("/v1/models", "/v1/completions", "/v1/chat/completions", "/health", "/metrics")
+ENDPOINTS = (
+    "/v1/models",
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/health",
+    "/metrics",
+    "/openapi.json",
+)
 # Server-sent events, unbuffered: `X-Accel-Buffering: no` tells nginx (and proxies that
 # copy it) to pass each event on at once instead of collecting a buffer full first.
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -114,10 +137,14 @@ class RequestProgress:
     n: int
     prompt_n: int
     arrival: float
+    echo: str = ""  # the text every choice starts with (a completion's ``echo``)
 
     def __post_init__(self) -> None:
-        self.texts = [""] * self.n
+        self.texts = [self.echo] * self.n
         self.tokens = [0] * self.n
+        self.logprobs: list[list[tuple[int, TokenLogprobs]]] = [[] for _ in range(self.n)]
+        self.logprobs_sent = [0] * self.n  # how many of each choice's are in a response
+        self.text_offsets = [len(self.echo)] * self.n  # where the next unsent token starts
         self.last_token_at: list[float | None] = [None] * self.n
         self.finish_reasons: list[str | None] = [None] * self.n
         self.timings: list[Timings] = []
@@ -133,6 +160,8 @@ class RequestProgress:
             self.last_token_at[i] = now
             self.tokens[i] += 1
             self.metrics.generation_tokens.inc()
+            if event.logprobs is not None:
+                self.logprobs[i].append((event.token_id, event.logprobs))
         if event.finish_reason is not None:
             self.finish_reasons[i] = event.finish_reason
             self.timings.append(event.timings)
@@ -142,6 +171,18 @@ class RequestProgress:
     @property
     def done(self) -> bool:
         return all(r is not None for r in self.finish_reasons)
+
+    def logprobs_json(self, i: int, chat: bool, tokenizer: Tokenizer) -> dict | None:
+        """The logprobs of choice `i`'s tokens not yet sent, as the API shapes them (None
+        if there are none), now counted as sent."""
+        tokens = self.logprobs[i][self.logprobs_sent[i] :]
+        if not tokens:
+            return None
+        self.logprobs_sent[i] = len(self.logprobs[i])
+        body = logprobs_json(chat, tokens, tokenizer, self.text_offsets[i])
+        if not chat:
+            self.text_offsets[i] += sum(map(len, body["tokens"]))
+        return body
 
     def usage(self) -> dict:
         return usage(self.prompt_n, sum(self.tokens))
@@ -160,26 +201,30 @@ class RequestProgress:
 
 class EventStream(StreamingResponse):
     """Server-sent events. When the response ends, however it ends (the client went away,
-    the server stopped), the event generator is closed, so its ``finally`` runs now."""
+    the server stopped), the event generator is closed, so its ``finally`` runs now, and
+    `on_close` runs too: a generator the response never started has no ``finally`` to run."""
 
-    def __init__(self, events: AsyncIterator[str]) -> None:
+    def __init__(self, events: AsyncIterator[str], on_close: Callable[[], None]) -> None:
         super().__init__(events, media_type="text/event-stream", headers=SSE_HEADERS)
-        self.events = events
+        self.events, self.on_close = events, on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             await self.events.aclose()
+            self.on_close()
 
 
 class OpenAIServer:
     """The route handlers, around one engine serving one model."""
 
-    def __init__(self, engine: Engine, model: str) -> None:
-        self.engine, self.model = engine, model
+    def __init__(self, engine: Engine, model: str, limits: Limits) -> None:
+        self.engine, self.model, self.limits = engine, model, limits
         self.metrics = ServerMetrics(engine)
         self.created = int(time.time())
+        self.in_flight: set[str] = set()  # request ids submitted and not yet released
+        self.max_token_chars = engine.tokenizer.max_token_chars
 
     async def models(self, request: Request) -> Response:
         card = {
@@ -197,6 +242,10 @@ class OpenAIServer:
     async def metrics_text(self, request: Request) -> Response:
         return PlainTextResponse(self.metrics.render(), media_type=self.metrics.content_type)
 
+    async def openapi(self, request: Request) -> Response:
+        """This server's OpenAPI document: what clients and fuzzers generate requests from."""
+        return JSONResponse(openapi_document(self.model))
+
     async def completions(self, request: Request) -> Response:
         return await self.generate(request, chat=False)
 
@@ -207,7 +256,9 @@ class OpenAIServer:
     async def generate(self, request: Request, chat: bool) -> Response:
         """Validate, submit ``n`` sequences to the engine, answer whole or streamed."""
         arrival = time.perf_counter()
-        body = parse(await request.body(), ChatCompletionRequest if chat else CompletionRequest)
+        body = parse(
+            await self.read_body(request), ChatCompletionRequest if chat else CompletionRequest
+        )
         if body.model != self.model:
             raise OpenAIError(
                 f"The model '{body.model}' does not exist; this server serves '{self.model}'.",
@@ -215,14 +266,16 @@ class OpenAIServer:
                 param="model",
                 code="model_not_found",
             )
-        prompt_ids = self.prompt_ids(body)
+        self.limits.check_stop(body.stop_strings())
+        self.check_prompt_chars(body)
+        # Tokenizing takes time in proportion to the prompt: on a worker thread, the event
+        # loop goes on writing every other client's tokens meanwhile.
+        prompt_ids = await asyncio.to_thread(self.prompt_ids, body)
         requests = self.engine_requests(body, prompt_ids)
-        try:
-            streams = [self.engine.submit(r) for r in requests]
-        except EngineUnavailable as error:
-            raise OpenAIError(str(error), 503, code="shutting_down", type="server_error") from None
+        streams = self.submit(requests)
         self.metrics.prompt_tokens.inc(len(prompt_ids) * len(requests))
-        progress = RequestProgress(self.metrics, len(streams), len(prompt_ids), arrival)
+        echo = echo_text(body, prompt_ids, self.engine.tokenizer)
+        progress = RequestProgress(self.metrics, len(streams), len(prompt_ids), arrival, echo)
         head = {
             "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
             "created": int(time.time()),
@@ -230,11 +283,20 @@ class OpenAIServer:
         }
         if body.stream:
             events = self.stream(chat, head, streams, progress, body.include_usage)
-            return EventStream(self.cancel_when_closed(events, streams))
-        async for i, event in self.cancel_when_closed(merge(streams), streams):
-            progress.record(i, event)
+            return EventStream(
+                self.cancel_when_closed(events, streams), lambda: self.release(streams)
+            )
+        if not await self.collect_unless_gone(request, streams, progress):
+            return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+        tokenizer = self.engine.tokenizer
         choices = [
-            choice(chat, i, progress.texts[i], progress.finish_reasons[i])
+            choice(
+                chat,
+                i,
+                progress.texts[i],
+                progress.finish_reasons[i],
+                progress.logprobs_json(i, chat, tokenizer),
+            )
             for i in range(len(streams))
         ]
         kind = "chat.completion" if chat else "text_completion"
@@ -279,14 +341,21 @@ class OpenAIServer:
                     for i in range(len(streams))
                 ]
             )
+        if progress.echo:  # each completion choice's text starts with the prompt
+            yield chunk([choice_delta(chat, i, progress.echo, None) for i in range(len(streams))])
+        tokenizer = self.engine.tokenizer
         async for i, event in merge(streams):
             progress.record(i, event)
+            # A token's logprobs ride on the next chunk that carries text (a token that
+            # shows none yet, half a character or a maybe-stop string, waits for it).
             if event.text:
-                yield chunk([choice_delta(chat, i, event.text, None)])
+                logprobs = progress.logprobs_json(i, chat, tokenizer)
+                yield chunk([choice_delta(chat, i, event.text, None, logprobs)])
             if event.finish_reason is not None:
                 last = progress.done and not include_usage
                 more = {"timings": progress.timings_json()} if last else {}
-                yield chunk([choice_delta(chat, i, None, event.finish_reason)], **more)
+                logprobs = progress.logprobs_json(i, chat, tokenizer)
+                yield chunk([choice_delta(chat, i, None, event.finish_reason, logprobs)], **more)
         if include_usage:
             yield chunk([], usage=progress.usage(), timings=progress.timings_json())
         yield sse("[DONE]")
@@ -299,19 +368,106 @@ class OpenAIServer:
             async for event in events:
                 yield event
         finally:
-            for s in streams:
+            self.release(streams)
+
+    # --8<-- [end:stream]
+
+    # --8<-- [start:admission]
+    async def collect_unless_gone(
+        self, request: Request, streams: list[RequestStream], progress: RequestProgress
+    ) -> bool:
+        """Read every event of `streams` into `progress`, unless the client disconnects
+        first: then cancel them all and return False."""
+
+        async def collect() -> None:
+            async for i, event in self.cancel_when_closed(merge(streams), streams):
+                progress.record(i, event)
+
+        work, gone = asyncio.ensure_future(collect()), asyncio.ensure_future(disconnected(request))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not work.done():
+                work.cancel()  # its cancel_when_closed releases the sequences
+                with contextlib.suppress(asyncio.CancelledError):
+                    await work
+        if work.cancelled():
+            return False
+        work.result()  # a failure inside a choice is raised here (and the rest released)
+        return True
+
+    async def read_body(self, request: Request) -> bytes:
+        """The JSON body: refused unless it is JSON (415), not too big (413), and sent in
+        time (408). A body announced as too big is refused before a byte of it is read."""
+        check_json_content_type(request.headers.get("content-type"))
+        self.limits.check_content_length(request.headers.get("content-length"))
+        try:
+            return await asyncio.wait_for(self.read_capped(request), self.limits.body_timeout_s)
+        except asyncio.TimeoutError:
+            raise OpenAIError(
+                f"The request body did not arrive within {self.limits.body_timeout_s} s.",
+                408,
+                code="request_timeout",
+            ) from None
+
+    async def read_capped(self, request: Request) -> bytes:
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > self.limits.max_request_bytes:
+                raise self.limits.too_large()
+        return bytes(body)
+
+    def check_prompt_chars(self, body: CompletionRequest | ChatCompletionRequest) -> None:
+        if isinstance(body, ChatCompletionRequest):
+            chars, what = sum(len(m.text()) for m in body.messages), "messages"
+        else:
+            chars, what = len(body.prompt), "prompt"  # token ids: at most one "character" each
+        check_prompt_chars(chars, self.engine.max_model_len, self.max_token_chars, what)
+
+    def submit(self, requests: list[EngineRequest]) -> list[RequestStream]:
+        """Submit all of `requests` or none: room for them all is checked first (429), and
+        if the engine refuses one, those already submitted are cancelled."""
+        self.limits.check_room(len(self.in_flight), len(requests))
+        streams: list[RequestStream] = []
+        try:
+            for r in requests:
+                streams.append(self.engine.submit(r))
+                self.in_flight.add(r.request_id)
+        except BaseException as error:
+            self.release(streams)
+            if isinstance(error, EngineUnavailable):
+                raise OpenAIError(
+                    str(error), 503, code="shutting_down", type="server_error"
+                ) from None
+            raise
+        return streams
+
+    def release(self, streams: list[RequestStream]) -> None:
+        """Cancel what is unfinished of `streams` and give their places back. Idempotent:
+        the end of the events and the close of the response both call it."""
+        for s in streams:
+            if s.request_id in self.in_flight:
+                self.in_flight.discard(s.request_id)
                 if not s.finished:
                     self.engine.cancel(s.request_id)
                     self.metrics.cancelled.inc()
 
-    # --8<-- [end:stream]
+    # --8<-- [end:admission]
 
     def prompt_ids(self, body: CompletionRequest | ChatCompletionRequest) -> list[int]:
+        """The prompt's token ids. A chat's messages go through the chat template, their
+        text encoded as text: a special token's string in a message stays text. A text
+        prompt is the caller's own template, so its special-token strings are the tokens,
+        after a BOS, as vLLM's /v1/completions reads them."""
         tokenizer = self.engine.tokenizer
         if isinstance(body, ChatCompletionRequest):
-            return tokenizer.encode(
-                render({"role": m.role, "content": m.text()} for m in body.messages)
-            )
+            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+            try:
+                return render_ids(messages, tokenizer)
+            except ValueError as error:  # the template names the message it cannot place
+                raise OpenAIError(str(error), param="messages", code="invalid_value") from None
         if isinstance(body.prompt, str):
             return tokenizer.encode(body.prompt, add_bos=True)
         if not body.prompt or not all(0 <= t < tokenizer.vocab_size for t in body.prompt):
@@ -353,6 +509,12 @@ class OpenAIServer:
                 param=field,
                 code="context_length_exceeded",
             )
+        if body.min_tokens > max_tokens:  # vLLM refuses it too
+            raise OpenAIError(
+                f"min_tokens ({body.min_tokens}) must be at most {field} ({max_tokens}).",
+                param="min_tokens",
+                code="invalid_value",
+            )
         try:
             params = SamplingParams(
                 temperature=body.temperature,
@@ -363,7 +525,11 @@ class OpenAIServer:
                 frequency_penalty=body.frequency_penalty,
                 presence_penalty=body.presence_penalty,
                 seed=body.seed,
+                logit_bias=body.logit_bias,
+                min_tokens=body.min_tokens,
+                logprobs=body.num_logprobs(),
             )
+            params.check_vocab(self.engine.tokenizer.vocab_size)
         except ValueError as error:  # SamplingParams' messages start with the field's name
             raise OpenAIError(
                 str(error), param=str(error).split()[0], code="invalid_value"
@@ -389,6 +555,54 @@ class OpenAIServer:
     # --8<-- [end:engine_requests]
 
 
+async def disconnected(request: Request) -> None:
+    """Return when the client has gone. Once its body is read, the only message that can
+    come is ``http.disconnect`` (uvicorn sends it when the connection is lost)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def check_json_content_type(content_type: str | None) -> None:
+    """Refuse a body not sent as JSON. A browser sends ``text/plain`` from any web page
+    without asking (a "simple" request, no CORS preflight): without this check, any page
+    a user visits could make their local server generate."""
+    media_type = (content_type or "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise OpenAIError(
+            f"Send the body as JSON, with 'Content-Type: application/json'; got "
+            f"{content_type or 'no Content-Type'!r}.",
+            415,
+            code="unsupported_media_type",
+        )
+
+
+class RequireApiKey:
+    """ASGI middleware: `/v1/*` needs ``Authorization: Bearer <key>``, as vLLM's --api-key;
+    otherwise 401 with OpenAI's error body. CORS preflights (OPTIONS) carry no key."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app, self.expected = app, f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["path"].startswith("/v1/")
+            and scope["method"] != "OPTIONS"
+            and not hmac.compare_digest(
+                dict(scope["headers"]).get(b"authorization", b""), self.expected
+            )
+        ):
+            error = OpenAIError(
+                "Incorrect API key provided. Send the key the server was started with "
+                "(--api-key or LLMSERVE_API_KEY) as 'Authorization: Bearer <key>'.",
+                401,
+                code="invalid_api_key",
+            )
+            response = JSONResponse(error.body(), 401, headers={"WWW-Authenticate": "Bearer"})
+            return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
 class CountRequests:
     """ASGI middleware: count every response by endpoint and status code."""
 
@@ -410,7 +624,8 @@ class CountRequests:
 
 async def _openai_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, OpenAIError)
-    return JSONResponse(error.body(), status_code=error.status)
+    headers = {"Retry-After": "1"} if error.status == 429 else None  # seconds
+    return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 
 async def _http_error(request: Request, error: Exception) -> Response:
@@ -434,18 +649,56 @@ async def _server_error(request: Request, error: Exception) -> Response:
     return JSONResponse(body.body(), status_code=500)
 
 
-def create_app(engine: Engine, model: str) -> Starlette:
+@dataclass(frozen=True)
+class Access:
+    """Who may use the server: the API key `/v1/*` needs (None: anyone who can connect),
+    and the web origins whose pages may call it from a browser (CORS; none by default)."""
+
+    api_key: str | None = None
+    allowed_origins: tuple[str, ...] = ()
+
+
+class App(Starlette):
+    """Starlette, with every response counted, the 500s that its outermost middleware
+    makes of unhandled errors included (a middleware in Starlette's list sits inside it)."""
+
+    def __init__(self, metrics: ServerMetrics, **kwargs: object) -> None:
+        self.metrics = metrics
+        super().__init__(**kwargs)
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return CountRequests(super().build_middleware_stack(), self.metrics)
+
+
+def create_app(
+    engine: Engine, model: str, limits: Limits | None = None, access: Access | None = None
+) -> Starlette:
     """The ASGI app serving `engine` under the model name `model`."""
-    api = OpenAIServer(engine, model)
-    app = Starlette(
+    api = OpenAIServer(engine, model, limits or Limits())
+    access = access or Access()
+    middleware = []
+    if access.allowed_origins:  # outermost: a preflight is answered before any key check
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(access.allowed_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type"],
+            )
+        )
+    if access.api_key is not None:
+        middleware.append(Middleware(RequireApiKey, api_key=access.api_key))
+    app = App(
+        api.metrics,
         routes=[
             Route("/v1/models", api.models, methods=["GET"]),
             Route("/v1/completions", api.completions, methods=["POST"]),
             Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
             Route("/health", api.health, methods=["GET"]),
             Route("/metrics", api.metrics_text, methods=["GET"]),
+            Route("/openapi.json", api.openapi, methods=["GET"]),
         ],
-        middleware=[Middleware(CountRequests, metrics=api.metrics)],
+        middleware=middleware,
         exception_handlers={
             OpenAIError: _openai_error,
             HTTPException: _http_error,
@@ -520,6 +773,92 @@ def _bind(host: str, port: int) -> socket.socket:
 # --8<-- [end:bind]
 
 
+class HeaderTimeout(AutoHTTPProtocol):
+    """uvicorn's HTTP protocol, closing a connection whose request headers take too long.
+
+    uvicorn closes a keep-alive connection that stays idle, but one byte every few
+    seconds is not idle: a client sending its headers slowly (slowloris) would hold a
+    connection forever. The clock starts when the connection opens and again after each
+    response; a request's complete headers stop it. `header_timeout_s` is set per server
+    (`uvicorn_config`).
+    """
+
+    header_timeout_s = Limits.header_timeout_s
+    _timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._in_request():
+            self._disarm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self._in_request():  # a pipelined request may already have started
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _in_request(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(self.header_timeout_s, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _too_slow(self) -> None:
+        if not self._in_request() and not self.transport.is_closing():
+            self.transport.close()
+
+
+def uvicorn_config(
+    app: ASGIApp, limits: Limits, shutdown_grace: float, log_level: str
+) -> uvicorn.Config:
+    """uvicorn's settings for our app: its header timeout, and time to drain on shutdown."""
+    protocol = type(
+        "HeaderTimeout", (HeaderTimeout,), {"header_timeout_s": limits.header_timeout_s}
+    )
+    return uvicorn.Config(
+        app,
+        http=protocol,
+        log_level=log_level,
+        lifespan="off",
+        timeout_graceful_shutdown=shutdown_grace + 5,
+    )
+
+
+def exposure_warning(host: str, access: Access) -> str | None:
+    """What to warn about when the server listens beyond this machine without a key.
+
+    >>> exposure_warning("127.0.0.1", Access()) is None, exposure_warning("::1", Access()) is None
+    (True, True)
+    >>> exposure_warning("0.0.0.0", Access(api_key="k")) is None
+    True
+    >>> print(exposure_warning("0.0.0.0", Access()))
+    listening on 0.0.0.0 without an API key: anyone who can reach it can generate. Set ...
+    """
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if loopback or access.api_key is not None:
+        return None
+    return (
+        f"listening on {host} without an API key: anyone who can reach it can generate. "
+        "Set --api-key or LLMSERVE_API_KEY."
+    )
+
+
 def _url(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -555,17 +894,20 @@ def serve(
     log_level: str = "info",
     engine: str = "batched",
     engine_config: EngineConfig | None = None,
+    limits: Limits | None = None,
+    access: Access | None = None,
 ) -> None:
     """Serve `model` until SIGINT or SIGTERM (what ``llmserve-ref serve`` runs)."""
+    limits, access = limits or Limits(), access or Access()
+    warning = exposure_warning(host, access)
+    if warning:
+        print(f"llmserve-ref: WARNING: {warning}", file=sys.stderr, flush=True)
     engine = load_engine(model, engine, engine_config)
     if isinstance(engine, BatchedEngine):
         print(f"llmserve-ref: {kv_cache_report(engine)}", flush=True)
     sock = _bind(host, port)
-    config = uvicorn.Config(
-        create_app(engine, model),
-        log_level=log_level,
-        lifespan="off",
-        timeout_graceful_shutdown=shutdown_grace + 5,
+    config = uvicorn_config(
+        create_app(engine, model, limits, access), limits, shutdown_grace, log_level
     )
     announce = f"llmserve-ref: serving {model} at {_url(sock)}/v1"
     try:
@@ -597,6 +939,8 @@ def serve_in_thread(
     port: int = 0,
     engine: Engine | None = None,
     shutdown_grace: float = 5.0,
+    limits: Limits | None = None,
+    access: Access | None = None,
 ) -> Iterator[RunningServer]:
     """Run the server on a thread of this process while the ``with`` block runs.
 
@@ -605,11 +949,10 @@ def serve_in_thread(
     """
     own_engine = engine is None
     engine = load_engine(model) if engine is None else engine
-    app = create_app(engine, model)
+    limits = limits or Limits()
+    app = create_app(engine, model, limits, access)
     sock = _bind(host, port)
-    config = uvicorn.Config(
-        app, log_level="warning", lifespan="off", timeout_graceful_shutdown=shutdown_grace + 5
-    )
+    config = uvicorn_config(app, limits, shutdown_grace, log_level="warning")
     server = GracefulServer(config, engine, shutdown_grace)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
