@@ -91,3 +91,16 @@ def test_math_becomes_mathml():
 def test_no_page_is_left_with_unrendered_math(built_site):
     for page in built_site.site.glob("**/index.html"):
         assert 'class="arithmatex"' not in page.read_text(encoding="utf-8"), page
+
+
+@pytest.mark.slow
+def test_no_page_links_to_a_placeholder_address(built_site):
+    """Canonical links come from site_url, which the deployment sets (SITE_URL); a local
+    build points them at `nox -s serve`'s address, never at a made-up domain."""
+    pages = sorted(built_site.site.rglob("*.html"))
+    assert len(pages) > 24
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        assert "example.org" not in html, page
+    home = (built_site.site / "index.html").read_text(encoding="utf-8")
+    assert '<link rel="canonical" href="http://127.0.0.1:8000/">' in home

@@ -1,0 +1,85 @@
+"""The GitHub Actions workflows a fork runs: valid, and running what the project's CI runs.
+
+They cannot run here (no GitHub runner), so what can be checked is checked: each file
+against GitHub's workflow schema (check-jsonschema ships it: the check works offline),
+and what the jobs run against the README and .ci/run. The negative test shows the schema
+check can fail.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+
+
+def schema_check(*files: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "check_jsonschema", "--builtin-schema"]
+    command += ["vendor.github-workflows", *map(str, files)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def steps(workflow: dict, job: str) -> list[str]:
+    return [step.get("run", step.get("uses", "")) for step in workflow["jobs"][job]["steps"]]
+
+
+def load(name: str) -> dict:
+    # YAML 1.1 reads the key `on` as True; GitHub reads it as "on".
+    return yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text(encoding="utf-8"))
+
+
+def test_every_workflow_validates_against_githubs_schema():
+    assert [w.name for w in WORKFLOWS] == ["docs.yml", "tests.yml"]
+    result = schema_check(*WORKFLOWS)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_schema_check_fails_on_a_broken_workflow(tmp_path):
+    broken = tmp_path / "broken.yml"
+    broken.write_text("name: x\non: push\njobs:\n  a:\n    steps:\n      - run: true\n")
+    result = schema_check(broken)  # a job without runs-on
+    assert result.returncode != 0 and "runs-on" in result.stdout
+
+
+def test_the_linux_job_runs_the_projects_ci_and_the_others_the_test_sessions():
+    tests = load("tests.yml")
+    assert "bash .ci/run" in steps(tests, "linux-cpu")
+    assert tests["jobs"]["linux-cpu"]["container"].endswith("bookworm")  # Debian's chromium
+    assert "nox -s \"tests(device='mps')\"" in steps(tests, "macos-mps")
+    assert "nox -s \"tests(device='cpu')\"" in steps(tests, "macos-mps")
+    cuda = tests["jobs"]["cuda"]
+    assert "gpu" in cuda["runs-on"] and "inputs.cuda" in cuda["if"]  # off unless asked
+    assert "nox -s \"tests(device='cuda')\" -- --force-device" in steps(tests, "cuda")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    command = "python3 -m pip install nox && python3 -m nox -s tests"
+    assert command in readme and command in ci  # the README's test command, word for word
+
+
+def test_the_docs_workflow_builds_strict_and_deploys_with_the_pages_address():
+    docs = load("docs.yml")
+    build = docs["jobs"]["build"]
+    assert "nox -s docs" in steps(docs, "build")
+    site_url = next(s["env"]["SITE_URL"] for s in build["steps"] if s.get("run") == "nox -s docs")
+    assert site_url == "${{ steps.pages.outputs.base_url }}/"
+    assert any(s.startswith("actions/deploy-pages@") for s in steps(docs, "deploy"))
+    assert docs["jobs"]["deploy"]["permissions"] == {"pages": "write", "id-token": "write"}
+
+
+@pytest.mark.parametrize("site_url", ["https://someone.github.io/llmserve/", None])
+def test_site_url_comes_from_the_deployment(monkeypatch, site_url):
+    from mkdocs.config import load_config
+
+    if site_url is None:
+        monkeypatch.delenv("SITE_URL", raising=False)
+    else:
+        monkeypatch.setenv("SITE_URL", site_url)
+    config = load_config(str(ROOT / "mkdocs.yml"))
+    assert config["site_url"] == (site_url or "http://127.0.0.1:8000/")
