@@ -414,3 +414,18 @@ def test_min_tokens_above_max_tokens_is_refused_as_vllm_does(server):
     body = {"model": "tiny", "prompt": "Once", "max_tokens": 2, "min_tokens": 3}
     error = error_of(post(server, body), 400)
     assert error["param"] == "min_tokens" and "max_tokens (2)" in error["message"]
+
+
+def test_a_client_that_leaves_mid_body_is_counted_as_499_not_500(server):
+    body = json.dumps({"model": "tiny", "prompt": "Once"}).encode()
+    before = counts(server, "/v1/completions")
+    sock = raw_http(
+        server,
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body[:10],
+    )
+    sock.close()  # found by the soak: this was an unhandled ClientDisconnect, a 500
+    wait_until(lambda: counts(server, "/v1/completions").get("499", 0) == before.get("499", 0) + 1)
+    assert counts(server, "/v1/completions").get("500", 0) == before.get("500", 0)
+    still_serving(server)

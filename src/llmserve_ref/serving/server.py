@@ -59,7 +59,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -399,7 +399,8 @@ class OpenAIServer:
 
     async def read_body(self, request: Request) -> bytes:
         """The JSON body: refused unless it is JSON (415), not too big (413), and sent in
-        time (408). A body announced as too big is refused before a byte of it is read."""
+        time (408). A body announced as too big is refused before a byte of it is read;
+        a client that leaves halfway gets nginx's 499, which nobody reads but /metrics."""
         check_json_content_type(request.headers.get("content-type"))
         self.limits.check_content_length(request.headers.get("content-length"))
         try:
@@ -409,6 +410,12 @@ class OpenAIServer:
                 f"The request body did not arrive within {self.limits.body_timeout_s} s.",
                 408,
                 code="request_timeout",
+            ) from None
+        except ClientDisconnect:
+            raise OpenAIError(
+                "The client disconnected before sending its whole body.",
+                499,
+                code="client_disconnected",
             ) from None
 
     async def read_capped(self, request: Request) -> bytes:
