@@ -156,11 +156,8 @@ def shows_it_all(block: re.Match, runs: dict[str, Run]) -> bool:
     Whitespace aside, as the doctest compares (a long repr may be wrapped on the page).
     """
 
-    def words(text: str) -> list[str]:
-        return text.split()
-
-    shown = words(dedent(block["body"], block["indent"]))
-    return block["language"] == "pycon" and all(words(r.output) == shown for r in runs.values())
+    shown = dedent(block["body"], block["indent"]).split()
+    return block["language"] == "pycon" and all(r.output.split() == shown for r in runs.values())
 
 
 def left_out(devices: list[str], indent: str) -> str:

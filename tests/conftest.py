@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,14 @@ def mkdocs_build(site_dir: Path, config: Path = ROOT / "mkdocs.yml") -> subproce
 class Build:
     site: Path
     log: str
+
+
+def wait_until(condition, timeout: float = 10.0) -> None:
+    """Poll `condition` until it holds; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 @pytest.fixture(scope="session")

@@ -9,22 +9,15 @@ requests with "abort" instead of leaving them hanging.
 from __future__ import annotations
 
 import os
-import time
 
 import httpx
 import pytest
 from openai import OpenAI
 
+from conftest import wait_until
 from llmserve_ref.device import get_device
 from llmserve_ref.engine.batched_engine import BatchedEngine
 from llmserve_ref.serving.server import serve_in_thread
-
-
-def wait_until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")

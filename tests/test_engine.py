@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 
+from conftest import wait_until
 from llmserve_ref.device import get_device
 from llmserve_ref.engine.batched_engine import BatchedEngine, EngineConfig
 from llmserve_ref.engine.interface import Engine, EngineRequest, EngineUnavailable, TokenEvent
@@ -50,13 +51,6 @@ async def collect(engine: Engine, request: EngineRequest) -> list[TokenEvent]:
 
 def run(coro):
     return asyncio.run(coro)
-
-
-def wait_until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from openai import AsyncOpenAI, OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 from transformers import PreTrainedTokenizerFast
 
+from conftest import wait_until
 from llmserve_ref.device import get_device
 from llmserve_ref.engine.loop_engine import LoopEngine
 from llmserve_ref.model.chat_template import render
@@ -28,13 +29,6 @@ from llmserve_ref.serving.server import _bind, serve_in_thread
 
 STORY = [{"role": "user", "content": "Tell me a story about Zoé."}]
 JSON = {"content-type": "application/json"}
-
-
-def wait_until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_models_and_health(server, client):

@@ -12,6 +12,7 @@ import json
 import socket
 import threading
 import time
+from functools import partial
 
 import httpx
 import openai
@@ -19,11 +20,13 @@ import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
+import conftest
 from llmserve_ref.engine.loop_engine import LoopEngine
 from llmserve_ref.serving.limits import Limits
 from llmserve_ref.serving.server import Access, serve_in_thread
 
 JSON = {"content-type": "application/json"}
+wait_until = partial(conftest.wait_until, timeout=20.0)
 LIMITS = Limits(max_request_bytes=64 * 1024, max_stop_strings=4, max_stop_chars=32)
 
 
@@ -265,13 +268,6 @@ def test_a_full_queue_answers_429_with_retry_after():
         holding.join()
         assert post(running, body).status_code == 200  # the seats came back
     engine.close()
-
-
-def wait_until(condition, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_slow_headers_are_cut_off_and_slow_bodies_get_408():
