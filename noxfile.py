@@ -1,6 +1,6 @@
 """Sessions: tests(device) for cpu|mps|cuda, docs (strict build), serve, lint, bench, engines.
 
-python3 -m pip install nox
+python3 -m venv .venv && .venv/bin/python -m pip install nox   # then .venv/bin/nox, or activate
 nox -s tests                        # every device present; absent ones skip in one line
 nox -s "tests(device='cuda')" -- --force-device   # absent device = failure, not skip
 nox -s "tests(device='cpu')" -- --record-outputs  # record what page blocks print
@@ -61,10 +61,13 @@ def tests(session: nox.Session, device: str) -> None:
         device_missing(session, device, force)
     install(session, "tests")
     check = f"import llmserve_ref.device as d; print(d.available('{device}'))"
-    if session.run("python", "-c", check, silent=True).strip() != "True":
+    found = session.run("python", "-c", check, silent=True)  # None under --install-only
+    if found is not None and found.strip() != "True":
         device_missing(session, device, force)
     if shutil.which("npm"):  # the TypeScript client's test runs it with the official package
         session.run("npm", "ci", "--prefix", "clients/ts", "--no-audit", "--no-fund", external=True)
+        # and the browser test runs axe-core's accessibility rules on every page
+        session.run("npm", "ci", "--prefix", "tests/axe", "--no-audit", "--no-fund", external=True)
     env = {**ENV, "LLMSERVE_DEVICE": device}
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"  # Triton kernels run in its interpreter on the CPU
@@ -109,12 +112,27 @@ def serve(session: nox.Session) -> None:
     session.run("mkdocs", "serve", "--dev-addr", "127.0.0.1:8000", *session.posargs, env=ENV)
 
 
+# Pinned: a newer ruff may format differently (and formats Markdown code blocks, which would
+# change pages), so a fresh machine must get this one.
+RUFF = "ruff==0.17.6"
+PYTHON_FILES = [
+    "src",
+    "tests",
+    "snippets",
+    "docs",
+    "hooks",
+    "benchmarks",
+    "noxfile.py",
+    "conftest.py",
+]
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
-    session.run(
-        "ruff", "check", "src", "tests", "snippets", "docs", "hooks", "noxfile.py", "conftest.py"
-    )
+    """`ruff check`, and `ruff format --check` on the Python files: one code style on every page."""
+    session.install(RUFF)
+    session.run("ruff", "check", *PYTHON_FILES)
+    session.run("ruff", "format", "--check", *PYTHON_FILES)
 
 
 # The engines session runs real vLLM beside our server. Its CPU build pins torch==2.13.0+cpu,

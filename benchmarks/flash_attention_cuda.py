@@ -38,8 +38,9 @@ def measure(seq_len: int, head_dim: int, causal: bool, dtype: torch.dtype) -> di
     from triton.testing import do_bench
 
     batch, heads = max(1, TOKENS // seq_len), MODEL_WIDTH // head_dim
-    q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device="cuda", dtype=dtype)
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, heads, seq_len, head_dim, device="cuda", dtype=dtype) for _ in range(3)
+    )
 
     def ours() -> torch.Tensor:
         return flash_attention_forward(q, k, v, causal=causal)[0]
@@ -50,21 +51,27 @@ def measure(seq_len: int, head_dim: int, causal: bool, dtype: torch.dtype) -> di
 
     atol, rtol = TOLERANCE[dtype]
     torch.testing.assert_close(ours(), sdpa(), atol=atol, rtol=rtol)
-    flops = attention_flops(AttentionShape(batch, heads, heads, seq_len, seq_len, head_dim,
-                                           causal=causal))
+    flops = attention_flops(
+        AttentionShape(batch, heads, heads, seq_len, seq_len, head_dim, causal=causal)
+    )
     ms_ours, ms_sdpa = do_bench(ours), do_bench(sdpa)
     return {
-        "seq_len": seq_len, "head_dim": head_dim, "causal": causal,
-        "dtype": str(dtype).removeprefix("torch."), "batch": batch, "heads": heads,
-        "ours_ms": ms_ours, "sdpa_flash_ms": ms_sdpa,
-        "ours_tflops": flops / ms_ours / 1e9, "sdpa_flash_tflops": flops / ms_sdpa / 1e9,
+        "seq_len": seq_len,
+        "head_dim": head_dim,
+        "causal": causal,
+        "dtype": str(dtype).removeprefix("torch."),
+        "batch": batch,
+        "heads": heads,
+        "ours_ms": ms_ours,
+        "sdpa_flash_ms": ms_sdpa,
+        "ours_tflops": flops / ms_ours / 1e9,
+        "sdpa_flash_tflops": flops / ms_sdpa / 1e9,
     }
 
 
 def save(rows: list[dict], out: Path, gpu: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "flash_attention_cuda.json").write_text(json.dumps({"gpu": gpu, "rows": rows},
-                                                              indent=2))
+    (out / "flash_attention_cuda.json").write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=2))
     with (out / "flash_attention_cuda.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -74,16 +81,19 @@ def save(rows: list[dict], out: Path, gpu: str) -> None:
 
     groups = sorted({(r["dtype"], r["head_dim"], r["causal"]) for r in rows})
     fig = Figure(figsize=(4 * len(groups), 3.5), layout="constrained")
-    for ax, (dtype, head_dim, causal) in zip(fig.subplots(1, len(groups), squeeze=False)[0],
-                                             groups, strict=True):
-        group = [r for r in rows if (r["dtype"], r["head_dim"], r["causal"])
-                 == (dtype, head_dim, causal)]
+    for ax, (dtype, head_dim, causal) in zip(
+        fig.subplots(1, len(groups), squeeze=False)[0], groups, strict=True
+    ):
+        group = [
+            r for r in rows if (r["dtype"], r["head_dim"], r["causal"]) == (dtype, head_dim, causal)
+        ]
         xs = [r["seq_len"] for r in group]
         ax.plot(xs, [r["ours_tflops"] for r in group], marker="o", label="ours (Triton)")
         ax.plot(xs, [r["sdpa_flash_tflops"] for r in group], marker="s", label="SDPA flash")
         ax.set_xscale("log", base=2)
-        ax.set_title(f"{dtype}, head_dim {head_dim}, {'causal' if causal else 'non-causal'}",
-                     fontsize=9)
+        ax.set_title(
+            f"{dtype}, head_dim {head_dim}, {'causal' if causal else 'non-causal'}", fontsize=9
+        )
         ax.set_xlabel("sequence length")
         ax.set_ylabel("TFLOP/s")
         ax.set_ylim(bottom=0)
@@ -94,16 +104,20 @@ def save(rows: list[dict], out: Path, gpu: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seq-lens", type=int, nargs="+",
-                        default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument(
+        "--seq-lens", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384]
+    )
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["fp16", "bf16"])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()
 
     if not torch.cuda.is_available():
-        print("flash_attention_cuda.py needs an NVIDIA GPU (torch.cuda.is_available() is "
-              "False); nothing was measured", file=sys.stderr)
+        print(
+            "flash_attention_cuda.py needs an NVIDIA GPU (torch.cuda.is_available() is "
+            "False); nothing was measured",
+            file=sys.stderr,
+        )
         return 1
     reason = why_triton_cannot_run("cuda")
     if reason is not None:
@@ -113,17 +127,21 @@ def main() -> int:
     gpu = torch.cuda.get_device_name()
     rows = []
     print(f"{gpu}; {TOKENS} tokens per configuration, {MODEL_WIDTH}-wide attention")
-    print(f"{'dtype':>5} {'hd':>4} {'causal':>6} {'seq':>6} {'ours TFLOP/s':>13} "
-          f"{'SDPA flash':>11} {'ratio':>6}")
+    print(
+        f"{'dtype':>5} {'hd':>4} {'causal':>6} {'seq':>6} {'ours TFLOP/s':>13} "
+        f"{'SDPA flash':>11} {'ratio':>6}"
+    )
     for dtype in args.dtypes:
         for head_dim in args.head_dims:
             for causal in (False, True):
                 for seq_len in args.seq_lens:
                     row = measure(seq_len, head_dim, causal, DTYPES[dtype])
                     rows.append(row)
-                    print(f"{dtype:>5} {head_dim:>4} {causal!s:>6} {seq_len:>6} "
-                          f"{row['ours_tflops']:>13.1f} {row['sdpa_flash_tflops']:>11.1f} "
-                          f"{row['ours_tflops'] / row['sdpa_flash_tflops']:>6.2f}")
+                    print(
+                        f"{dtype:>5} {head_dim:>4} {causal!s:>6} {seq_len:>6} "
+                        f"{row['ours_tflops']:>13.1f} {row['sdpa_flash_tflops']:>11.1f} "
+                        f"{row['ours_tflops'] / row['sdpa_flash_tflops']:>6.2f}"
+                    )
     save(rows, args.out, gpu)
     print(f"wrote {args.out}/flash_attention_cuda.json, .csv, .svg")
     return 0

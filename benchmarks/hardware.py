@@ -41,7 +41,7 @@ def main(rounds: int) -> None:
         probe = random_llama(device=device)
         read, read_bytes = bandwidth_probe(device)
         matmul, matmul_flops = matmul_probe(device)
-        steps = decode_steppers(probe, BATCHES, CONTEXT, max_steps=rounds + 1)
+        steps = decode_steppers(probe, BATCHES, CONTEXT)
         seconds = interleaved(
             {"read": read, "matmul": matmul, **{b: steps[b] for b in BATCHES}}, rounds, device
         )
@@ -53,7 +53,7 @@ def main(rounds: int) -> None:
         if device.type == "cpu":
             variants["int8 fused"] = quantize_linears(copy.deepcopy(probe), bits=8, fused=True)
         quant = interleaved(
-            {name: decode_steppers(m, [1], CONTEXT, rounds + 1)[1] for name, m in variants.items()},
+            {name: decode_steppers(m, [1], CONTEXT)[1] for name, m in variants.items()},
             rounds,
             device,
         )

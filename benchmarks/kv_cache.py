@@ -71,9 +71,11 @@ def main(rounds: int) -> None:
         print(f"{f'decode batch {b}':>22} {t * 1e3:>8.2f} {b / t:>10.0f}")
     longest = PROMPT_LENS[-1]
     prefill_rate = longest / phases[("prefill", longest)]
-    print(f"\nprefill of {longest} tokens runs {prefill_rate * phases[('decode', 1)]:.1f}x "
-          f"the tokens/s of batch-1 decode; batch {BATCHES[-1]} decode runs "
-          f"{BATCHES[-1] * phases[('decode', 1)] / phases[('decode', BATCHES[-1])]:.1f}x")
+    print(
+        f"\nprefill of {longest} tokens runs {prefill_rate * phases[('decode', 1)]:.1f}x "
+        f"the tokens/s of batch-1 decode; batch {BATCHES[-1]} decode runs "
+        f"{BATCHES[-1] * phases[('decode', 1)] / phases[('decode', BATCHES[-1])]:.1f}x"
+    )
 
 
 if __name__ == "__main__":

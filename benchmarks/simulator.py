@@ -25,37 +25,45 @@ from dataclasses import replace
 from llmserve_ref.planning.capacity import instance_pool
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
-from llmserve_ref.planning.simulator import SLO, kv_transfer, simulate
-from llmserve_ref.planning.workload import LogNormal, generate
+from llmserve_ref.planning.simulator import kv_transfer, simulate
+from llmserve_ref.planning.slo import SLO
+from llmserve_ref.planning.workload import LogNormal, sample_workload
 
 MODEL, GPU = model("Llama-3.1-8B"), gpu("H100-SXM")
 
 
 def speed() -> None:
-    workload = generate(10_000, 40.0, LogNormal(512, 1.0, high=8000),
-                        LogNormal(128, 1.0, high=2048), seed=0)
+    workload = sample_workload(
+        10_000, 40.0, LogNormal(512, 1.0, high=8000), LogNormal(128, 1.0, high=2048), seed=0
+    )
     start = time.perf_counter()
     result = simulate(workload, instance_pool(MODEL, GPU))
     wall = time.perf_counter() - start
-    print(f"speed: {len(workload):,} requests, {result.num_steps:,} steps, "
-          f"{result.duration:.0f} s simulated in {wall:.2f} s of wall time: "
-          f"{len(workload) / wall:,.0f} simulated requests/s")
+    print(
+        f"speed: {len(workload):,} requests, {result.num_steps:,} steps, "
+        f"{result.duration:.0f} s simulated in {wall:.2f} s of wall time: "
+        f"{len(workload) / wall:,.0f} simulated requests/s"
+    )
 
 
 def continuous_over_static() -> None:
-    workload = generate(2000, math.inf, LogNormal(512, 1.0, high=4096),
-                        LogNormal(128, 1.0, high=2048), seed=0)
+    workload = sample_workload(
+        2000, math.inf, LogNormal(512, 1.0, high=4096), LogNormal(128, 1.0, high=2048), seed=0
+    )
     pool = instance_pool(MODEL, GPU)
     static = replace(pool, config=replace(pool.config, batching="static"))
     c, s = simulate(workload, pool), simulate(workload, static)
-    print(f"continuous/static: {c.throughput():,.0f} / {s.throughput():,.0f} output tokens/s "
-          f"= {c.throughput() / s.throughput():.2f}x "
-          f"({pool.config.num_blocks:,} blocks of {pool.config.block_size} tokens each)")
+    print(
+        f"continuous/static: {c.throughput():,.0f} / {s.throughput():,.0f} output tokens/s "
+        f"= {c.throughput() / s.throughput():.2f}x "
+        f"({pool.config.num_blocks:,} blocks of {pool.config.block_size} tokens each)"
+    )
 
 
 def disaggregated_vs_colocated() -> None:
-    workload = generate(1000, 20.0, LogNormal(4096, 0.5, high=16000),
-                        LogNormal(256, 0.5, high=2048), seed=0)
+    workload = sample_workload(
+        1000, 20.0, LogNormal(4096, 0.5, high=16000), LogNormal(256, 0.5, high=2048), seed=0
+    )
     slo = SLO(ttft=0.5, tpot=0.010)
     colocated = simulate(workload, instance_pool(MODEL, GPU, num_instances=4))
     disaggregated = simulate(
@@ -64,10 +72,12 @@ def disaggregated_vs_colocated() -> None:
         decode=instance_pool(MODEL, GPU, num_instances=2),
         kv_transfer_time=kv_transfer(MODEL.config, 50e9),
     )
-    print(f"goodput on 4 GPUs: colocated {colocated.goodput(slo):.1f} requests/s "
-          f"({colocated.attainment(slo):.0%} within SLO), disaggregated 2P+2D "
-          f"{disaggregated.goodput(slo):.1f} requests/s "
-          f"({disaggregated.attainment(slo):.0%} within SLO)")
+    print(
+        f"goodput on 4 GPUs: colocated {colocated.goodput(slo):.1f} requests/s "
+        f"({colocated.attainment(slo):.0%} within SLO), disaggregated 2P+2D "
+        f"{disaggregated.goodput(slo):.1f} requests/s "
+        f"({disaggregated.attainment(slo):.0%} within SLO)"
+    )
 
 
 if __name__ == "__main__":

@@ -75,26 +75,41 @@ def main(rounds: int, tokens: int, temperature: float) -> None:
         )
     step = seconds["target 1 tokens"]
     c = seconds["draft step"] / step
-    print(f"{device.type}, {threads} thread(s), temperature {temperature}, {len(prompts)} prompts "
-          f"x {tokens} tokens, median of {rounds} rounds")
-    print(f"target step {step * 1e3:.2f} ms, draft step {seconds['draft step'] * 1e3:.2f} ms: "
-          f"cost ratio c = {c:.3f}")
-    print("gamma  alpha  tokens/forward (expected)  verify cost v  speedup  expected (v=1)  "
-          "(measured v)")
+    print(
+        f"{device.type}, {threads} thread(s), temperature {temperature}, {len(prompts)} prompts "
+        f"x {tokens} tokens, median of {rounds} rounds"
+    )
+    print(
+        f"target step {step * 1e3:.2f} ms, draft step {seconds['draft step'] * 1e3:.2f} ms: "
+        f"cost ratio c = {c:.3f}"
+    )
+    print(
+        "gamma  alpha  tokens/forward (expected)  verify cost v  speedup  expected (v=1)  "
+        "(measured v)"
+    )
     rows = {}
     for g in GAMMAS:
         alpha, per_forward = stats[g].acceptance_rate, stats[g].tokens_per_target_forward
         v = seconds[f"target {g + 1} tokens"] / step
         speedup = seconds["target only"] / seconds[f"gamma {g}"]
-        rows[g] = (per_forward, expected_tokens_per_forward(alpha, g), speedup,
-                   expected_speedup(alpha, g, c), expected_speedup(alpha, g, c, v))
-        print(f"{g:5}  {alpha:.3f}  {per_forward:14.2f} ({rows[g][1]:5.2f})  {v:13.2f}  "
-              f"{speedup:6.2f}x  {rows[g][3]:13.2f}x  {rows[g][4]:11.2f}x")
+        rows[g] = (
+            per_forward,
+            expected_tokens_per_forward(alpha, g),
+            speedup,
+            expected_speedup(alpha, g, c),
+            expected_speedup(alpha, g, c, v),
+        )
+        print(
+            f"{g:5}  {alpha:.3f}  {per_forward:14.2f} ({rows[g][1]:5.2f})  {v:13.2f}  "
+            f"{speedup:6.2f}x  {rows[g][3]:13.2f}x  {rows[g][4]:11.2f}x"
+        )
     best = max(GAMMAS, key=lambda g: rows[g][2])
     per_forward, expected_tokens, speedup, paper, refined = rows[best]
-    print(f"speculative decoding, best gamma {best}: wall-clock speedup {speedup:.2f}x "
-          f"(theory {paper:.2f}x with v = 1, {refined:.2f}x with measured v), "
-          f"{per_forward:.2f} tokens per target forward (theory {expected_tokens:.2f})")
+    print(
+        f"speculative decoding, best gamma {best}: wall-clock speedup {speedup:.2f}x "
+        f"(theory {paper:.2f}x with v = 1, {refined:.2f}x with measured v), "
+        f"{per_forward:.2f} tokens per target forward (theory {expected_tokens:.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
-"""Shared fixtures: the built site, and the device the suite runs on."""
+"""Shared fixtures: the built site, the server, and small random models."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,12 +46,60 @@ class Build:
     log: str
 
 
+NODE = shutil.which("node")
+NEEDS_NODE = pytest.mark.skipif(NODE is None, reason="Node.js is not installed (no `node` on PATH)")
+
+
+def run_node(runner: str, module: Path, payload: object, timeout: float = 300) -> Any:
+    """Run `runner` (JavaScript) under Node with `module`'s path as its argument and `payload`
+    as JSON on stdin; return what it printed, read as JSON. How the site's scripts are tested
+    against the Python they port."""
+    result = subprocess.run(
+        [NODE, "-e", runner, str(module)],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
 def wait_until(condition, timeout: float = 10.0) -> None:
     """Poll `condition` until it holds; fail the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+# The shape of the small random Llamas tests build: big enough for GQA (4 query heads
+# share 2 K/V heads) and two layers, small enough to run anywhere in milliseconds.
+TINY_LLAMA = dict(
+    vocab_size=64,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
+
+
+@pytest.fixture
+def tiny_llama():
+    """`tiny_llama(**overrides)`: a random `Llama` of shape `TINY_LLAMA` with `overrides`
+    (any `ModelConfig` field), its weights seeded by `seed`, in eval mode on `device`."""
+    import torch
+
+    from llmserve_ref.model.llama import Llama, ModelConfig
+
+    def make(*, seed: int = 0, device: str = "cpu", **overrides):
+        torch.manual_seed(seed)
+        return Llama(ModelConfig(**{**TINY_LLAMA, **overrides})).to(device).eval()
+
+    return make
 
 
 @pytest.fixture(scope="session")

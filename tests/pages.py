@@ -50,6 +50,9 @@ PYTHON_FENCE = re.compile(
     re.MULTILINE | re.IGNORECASE,
 )
 SKIP = re.compile(r"<!--+\s*skip:\s*(?P<action>\w+)(?P<reason>[^\n]*?)\s*--+>")
+# An include line as pymdownx.snippets reads it: `--8<-- "path"` or `--8<-- "path:section"`,
+# alone on its line (escaped as `;--8<--`, or inside other text, it is shown, not included).
+INCLUDE = re.compile(r"""^[ \t]*-+8<-+[ \t]+(?P<q>["'])(?P<target>[^\n]+?)(?P=q)$""", re.MULTILINE)
 
 
 class PageDocument(Document):
@@ -250,6 +253,15 @@ def source_sybil() -> Sybil:
 
 def pages() -> list[Path]:
     return sorted(DOCS.glob("**/*.md"))
+
+
+def includes(text: str) -> list[tuple[str, str | None]]:
+    """(path, section or None) of every `--8<--` include line in a page's Markdown."""
+    found = []
+    for m in INCLUDE.finditer(text):
+        path, _, section = m["target"].partition(":")
+        found.append((path, section or None))
+    return found
 
 
 def fences(text: str) -> list[int]:

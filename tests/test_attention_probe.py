@@ -6,7 +6,6 @@ import torch
 from llmserve_ref.device import get_device
 from llmserve_ref.kernels.grouped_attention import grouped_attention
 from llmserve_ref.model.attention_probe import attention_weights, capture_qkv
-from llmserve_ref.model.llama import Llama, ModelConfig
 from llmserve_ref.model.weights import load_target
 
 
@@ -78,18 +77,8 @@ def test_probing_leaves_the_model_unchanged(target, ids):
     assert not attn._forward_hooks and not attn._forward_pre_hooks
 
 
-def test_bad_input_says_what_to_do():
-    torch.manual_seed(0)
-    model = Llama(
-        ModelConfig(
-            vocab_size=16,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-        )
-    )
+def test_bad_input_says_what_to_do(tiny_llama):
+    model = tiny_llama()
     with pytest.raises(ValueError, match=r"layer must be in 0\.\.1"):
         capture_qkv(model, torch.tensor([[1, 2]]), layer=2)
     with pytest.raises(ValueError, match=r"must be \[batch, T\]"):

@@ -41,8 +41,13 @@ def test_n_samples_share_one_prefill(server, client):
     engine = server.engine
     before = engine.stats().scheduled_tokens
     reply = client.completions.create(
-        model="tiny", prompt="Once upon a time, there was a fox named Leo.", max_tokens=8, n=4,
-        temperature=1.0, seed=3, extra_body={"ignore_eos": True},
+        model="tiny",
+        prompt="Once upon a time, there was a fox named Leo.",
+        max_tokens=8,
+        n=4,
+        temperature=1.0,
+        seed=3,
+        extra_body={"ignore_eos": True},
     )
     prompt_tokens = reply.usage.prompt_tokens
     assert reply.usage.completion_tokens == 4 * 8 and len({c.text for c in reply.choices}) > 1
@@ -52,11 +57,17 @@ def test_n_samples_share_one_prefill(server, client):
 
 
 def test_ignore_eos_generates_every_token_asked_for(client):
-    ended = client.completions.create(model="tiny", prompt="The end.", max_tokens=200,
-                                      temperature=0)
+    ended = client.completions.create(
+        model="tiny", prompt="The end.", max_tokens=200, temperature=0
+    )
     assert ended.choices[0].finish_reason == "stop"  # the model stops by itself here ...
-    full = client.completions.create(model="tiny", prompt="The end.", max_tokens=200,
-                                     temperature=0, extra_body={"ignore_eos": True})
+    full = client.completions.create(
+        model="tiny",
+        prompt="The end.",
+        max_tokens=200,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
     assert full.usage.completion_tokens == 200 and full.choices[0].finish_reason == "length"
 
 
@@ -66,8 +77,9 @@ def test_a_cache_salt_shares_prefixes_only_within_a_tenant(server, client):
 
     def hits(salt: str) -> int:
         before = engine.stats().prefix_cache_hits
-        client.completions.create(model="tiny", prompt=story, max_tokens=1,
-                                  extra_body={"cache_salt": salt})
+        client.completions.create(
+            model="tiny", prompt=story, max_tokens=1, extra_body={"cache_salt": salt}
+        )
         return engine.stats().prefix_cache_hits - before
 
     assert hits("tenant-a") == 0  # cold
@@ -77,12 +89,22 @@ def test_a_cache_salt_shares_prefixes_only_within_a_tenant(server, client):
 
 def test_a_stop_string_frees_the_requests_blocks_at_once(server, client):
     engine = server.engine
-    free_text = client.completions.create(model="tiny", prompt="Once upon a time,",
-                                          max_tokens=30, temperature=0).choices[0].text
+    free_text = (
+        client.completions.create(
+            model="tiny", prompt="Once upon a time,", max_tokens=30, temperature=0
+        )
+        .choices[0]
+        .text
+    )
     stop = free_text[8:14]
-    reply = client.completions.create(model="tiny", prompt="Once upon a time,", max_tokens=200,
-                                      temperature=0, stop=[stop],
-                                      extra_body={"ignore_eos": True})
+    reply = client.completions.create(
+        model="tiny",
+        prompt="Once upon a time,",
+        max_tokens=200,
+        temperature=0,
+        stop=[stop],
+        extra_body={"ignore_eos": True},
+    )
     assert reply.choices[0].finish_reason == "stop" and reply.choices[0].text == free_text[:8]
     wait_until(lambda: engine.stats().kv_blocks_used == 0)
 
@@ -97,16 +119,26 @@ def test_the_engines_counts_reach_metrics(server, client):
     }
     assert values["llmserve_kv_blocks_total"] == server.engine.num_blocks == 2048
     assert values["llmserve_steps_total"] >= 2 and values["llmserve_scheduled_tokens_total"] > 0
-    for name in ("llmserve_prefix_cache_queries_total", "llmserve_prefix_cache_hits_total",
-                 "llmserve_preemptions_total", "llmserve_kv_blocks_used"):
+    for name in (
+        "llmserve_prefix_cache_queries_total",
+        "llmserve_prefix_cache_hits_total",
+        "llmserve_preemptions_total",
+        "llmserve_kv_blocks_used",
+    ):
         assert name in values
 
 
 def test_a_core_that_dies_ends_its_requests_and_refuses_new_ones():
     engine = BatchedEngine.load("tiny", get_device())
     with serve_in_thread("tiny", engine=engine) as running:
-        body = {"model": "tiny", "prompt": "Once", "max_tokens": 200, "stream": True,
-                "extra": 1, "ignore_eos": True}
+        body = {
+            "model": "tiny",
+            "prompt": "Once",
+            "max_tokens": 200,
+            "stream": True,
+            "extra": 1,
+            "ignore_eos": True,
+        }
         with httpx.stream("POST", f"{running.base_url}/completions", json=body) as response:
             lines = (line for line in response.iter_lines() if line)
             next(lines)
@@ -114,7 +146,9 @@ def test_a_core_that_dies_ends_its_requests_and_refuses_new_ones():
             rest = list(lines)
         assert rest[-1] == "data: [DONE]" and '"finish_reason":"abort"' in rest[-2]
         wait_until(lambda: not engine._accepting)
-        refused = httpx.post(f"{running.base_url}/completions",
-                             json={"model": "tiny", "prompt": "Once", "max_tokens": 2})
+        refused = httpx.post(
+            f"{running.base_url}/completions",
+            json={"model": "tiny", "prompt": "Once", "max_tokens": 2},
+        )
         assert refused.status_code == 503
     engine.close()

@@ -24,7 +24,7 @@ import pytest
 from llmserve_ref.cli import main as llmserve_ref
 from llmserve_ref.planning.workload import Fixed
 from llmserve_ref.serving.bench_client import BenchConfig, request_specs, run
-from llmserve_ref.serving.fake_server import FakeConfig, FakeServer, serve_in_thread
+from llmserve_ref.serving.fake_server import FakeConfig, serve_fake
 
 TTFT, ITL = 0.050, 0.020
 TTFT_SLACK = {1: 0.025, 8: 0.075}
@@ -33,16 +33,21 @@ GAP_SLACK = 0.008
 
 @pytest.fixture(scope="module")
 def fake_url():
-    with serve_in_thread(FakeServer(FakeConfig(ttft=TTFT, itl=ITL))) as url:
+    with serve_fake(FakeConfig(ttft=TTFT, itl=ITL)) as url:
         yield url
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 @pytest.mark.parametrize("concurrency", [1, 8])
 def test_measures_the_injected_latencies(fake_url, endpoint, concurrency):
-    config = BenchConfig(fake_url, endpoint=endpoint, concurrency=concurrency,
-                         num_requests=2 * concurrency + 4, output_len=Fixed(8),
-                         warmup=concurrency)
+    config = BenchConfig(
+        fake_url,
+        endpoint=endpoint,
+        concurrency=concurrency,
+        num_requests=2 * concurrency + 4,
+        output_len=Fixed(8),
+        warmup=concurrency,
+    )
     result = run(config)
     s = result.summary()
     assert (s.completed, s.failed, s.short, s.without_usage) == (config.num_requests, 0, 0, 0)
@@ -61,7 +66,7 @@ def test_tokens_come_from_usage_not_chunks():
     TPOT spreads those 120 ms over the 8 tokens after the first: 15 ms, although each
     chunk took 20 ms per token, because two tokens came with the first chunk.
     """
-    with serve_in_thread(FakeServer(FakeConfig(ttft=TTFT, itl=3 * ITL, tokens_per_chunk=3))) as url:
+    with serve_fake(FakeConfig(ttft=TTFT, itl=3 * ITL, tokens_per_chunk=3)) as url:
         s = run(BenchConfig(url, concurrency=2, num_requests=4, output_len=Fixed(9))).summary()
     assert s.output_tokens == 4 * 9
     assert s.itl.count == 4 * 2
@@ -72,15 +77,16 @@ def test_tokens_come_from_usage_not_chunks():
 
 def test_tpot_excludes_the_first_token():
     ttft = 0.200
-    with serve_in_thread(FakeServer(FakeConfig(ttft=ttft, itl=ITL))) as url:
-        s = run(BenchConfig(url, endpoint="chat", concurrency=2, num_requests=4,
-                            output_len=Fixed(8))).summary()
+    with serve_fake(FakeConfig(ttft=ttft, itl=ITL)) as url:
+        s = run(
+            BenchConfig(url, endpoint="chat", concurrency=2, num_requests=4, output_len=Fixed(8))
+        ).summary()
     assert ttft - 0.001 <= s.ttft.median <= ttft + TTFT_SLACK[1]
     assert ITL - 0.001 <= s.tpot.median <= ITL + GAP_SLACK  # (200 + 7 × 20) / 8 would be 42
 
 
 def test_failures_are_recorded_and_the_run_goes_on():
-    with serve_in_thread(FakeServer(FakeConfig(fail_every=3))) as url:
+    with serve_fake(FakeConfig(fail_every=3)) as url:
         result = run(BenchConfig(url, concurrency=2, num_requests=9, output_len=Fixed(4)))
     s = result.summary()
     assert (s.completed, s.failed) == (6, 3)
@@ -89,18 +95,20 @@ def test_failures_are_recorded_and_the_run_goes_on():
 
 
 def test_a_server_that_stops_early_is_reported():
-    with serve_in_thread(FakeServer(FakeConfig(eos_after=3))) as url:
-        stops = run(BenchConfig(url, concurrency=2, num_requests=4, output_len=Fixed(8),
-                                ignore_eos=False)).summary()
-        ignores = run(BenchConfig(url, concurrency=2, num_requests=4,
-                                  output_len=Fixed(8))).summary()
+    with serve_fake(FakeConfig(eos_after=3)) as url:
+        stops = run(
+            BenchConfig(url, concurrency=2, num_requests=4, output_len=Fixed(8), ignore_eos=False)
+        ).summary()
+        ignores = run(
+            BenchConfig(url, concurrency=2, num_requests=4, output_len=Fixed(8))
+        ).summary()
     assert (stops.short, stops.output_tokens) == (4, 12)
     assert (ignores.short, ignores.output_tokens) == (0, 32)
 
 
 def test_connection_errors_are_recorded():
     # A port nobody listens on: the first free port found, then released.
-    with serve_in_thread(FakeServer(FakeConfig())) as url:
+    with serve_fake(FakeConfig()) as url:
         pass
     s = run(BenchConfig(url, concurrency=1, num_requests=2, timeout=2.0)).summary()
     assert (s.completed, s.failed) == (0, 2)
@@ -129,8 +137,9 @@ def test_request_specs_are_seeded_and_bounded():
 
 
 def test_closed_loop_duration_stops_sending(fake_url):
-    config = BenchConfig(fake_url, concurrency=2, num_requests=None, duration=0.5,
-                         output_len=Fixed(4))
+    config = BenchConfig(
+        fake_url, concurrency=2, num_requests=None, duration=0.5, output_len=Fixed(4)
+    )
     result = run(config)
     assert 2 <= len(result.records) < 20
     assert all(r.sent <= 0.5 + 0.05 for r in result.records)
@@ -142,9 +151,12 @@ def test_coordinated_omission():
     cfg = FakeConfig(ttft=TTFT, itl=ITL, stall_every=20, stall_seconds=1.0)
     common = {"num_requests": 32, "output_len": Fixed(4), "warmup": 2}
     results = {}
-    for name, load in (("closed", {"concurrency": 2}), ("open", {"request_rate": 8.0}),
-                       ("capped", {"request_rate": 8.0, "max_concurrency": 2})):
-        with serve_in_thread(FakeServer(cfg)) as url:
+    for name, load in (
+        ("closed", {"concurrency": 2}),
+        ("open", {"request_rate": 8.0}),
+        ("capped", {"request_rate": 8.0, "max_concurrency": 2}),
+    ):
+        with serve_fake(cfg) as url:
             results[name] = run(BenchConfig(url, **load, **common))
 
     def slow(name: str, origin: str = "sent") -> int:
@@ -164,11 +176,27 @@ def test_coordinated_omission():
 
 def test_cli_writes_table_json_and_plot(fake_url, tmp_path, capsys):
     """`llmserve-ref bench ...`, with a trailing /v1 on the URL as OpenAI clients write it."""
-    status = llmserve_ref([
-        "bench", "--base-url", f"{fake_url}/v1", "--concurrency", "2", "--num-requests", "4",
-        "--warmup", "1", "--output-len", "4", "--slo-ttft-ms", "500",
-        "--json", str(tmp_path / "out.json"), "--plot", str(tmp_path / "out.svg"),
-    ])
+    status = llmserve_ref(
+        [
+            "bench",
+            "--base-url",
+            f"{fake_url}/v1",
+            "--concurrency",
+            "2",
+            "--num-requests",
+            "4",
+            "--warmup",
+            "1",
+            "--output-len",
+            "4",
+            "--slo-ttft-ms",
+            "500",
+            "--json",
+            str(tmp_path / "out.json"),
+            "--plot",
+            str(tmp_path / "out.svg"),
+        ]
+    )
     captured = capsys.readouterr()
     assert status == 0
     assert "bench [####################] 4/4 requests" in captured.err

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from llmserve_ref.planning.slo import SLO
 from llmserve_ref.serving.bench_metrics import (
-    SLO,
     RequestRecord,
     Stats,
     format_table,
@@ -21,13 +21,25 @@ from llmserve_ref.serving.bench_metrics import (
 )
 
 
-def record(index: int, sent: float, chunks: list[float], tokens: int | None = None,
-           scheduled: float | None = None, max_tokens: int | None = None,
-           prompt: int = 10) -> RequestRecord:
+def record(
+    index: int,
+    sent: float,
+    chunks: list[float],
+    tokens: int | None = None,
+    scheduled: float | None = None,
+    max_tokens: int | None = None,
+    prompt: int = 10,
+) -> RequestRecord:
     n = len(chunks) if tokens is None else tokens
-    return RequestRecord(index, sent if scheduled is None else scheduled, sent, list(chunks),
-                         output_tokens=n, prompt_tokens=prompt,
-                         max_tokens=n if max_tokens is None else max_tokens)
+    return RequestRecord(
+        index,
+        sent if scheduled is None else scheduled,
+        sent,
+        list(chunks),
+        output_tokens=n,
+        prompt_tokens=prompt,
+        max_tokens=n if max_tokens is None else max_tokens,
+    )
 
 
 def test_ttft_e2e_tpot_of_one_request():
@@ -49,8 +61,16 @@ def test_one_token_has_no_tpot_but_passes_a_tpot_slo():
     r = record(0, sent=0.0, chunks=[0.1])
     assert math.isnan(r.tpot())
     assert r.itl() == []
-    assert SLO(ttft=0.2, tpot=0.001).met_by(r)
-    assert not SLO(ttft=0.05).met_by(r)
+    assert r.meets(SLO(ttft=0.2, tpot=0.001))
+    assert not r.meets(SLO(ttft=0.05))
+
+
+def test_an_slo_judges_e2e_from_the_origin_and_fails_a_failed_request():
+    r = record(0, sent=0.3, scheduled=0.0, chunks=[0.4, 0.5])  # e2e 0.2 from sent, 0.5 due
+    assert r.meets(SLO(e2e=0.25)) and not r.meets(SLO(e2e=0.25), origin="scheduled")
+    failed = record(1, sent=0.0, chunks=[0.1])
+    failed.error = "HTTP 500"
+    assert not failed.meets(SLO())
 
 
 def test_origin_scheduled_adds_the_client_side_wait():
@@ -94,8 +114,9 @@ def test_summary_counts_throughput_errors_and_goodput():
     short = record(2, 0.0, [0.05, 0.07], max_tokens=8, prompt=20)
     failed = RequestRecord(3, 0.0, 0.0, error="HTTP 500: boom")
     empty = RequestRecord(4, 0.0, 0.0)
-    s = summarize([good, slow_first, short, failed, empty], duration=2.0,
-                  slo=SLO(ttft=0.1, tpot=0.05))
+    s = summarize(
+        [good, slow_first, short, failed, empty], duration=2.0, slo=SLO(ttft=0.1, tpot=0.05)
+    )
     assert (s.completed, s.failed, s.short) == (3, 2, 1)
     assert s.errors == {"HTTP 500: boom": 1, "no content in the response": 1}
     assert (s.prompt_tokens, s.output_tokens) == (60, 8)
@@ -123,6 +144,8 @@ def test_plot_has_four_cdfs():
     records = [record(i, 0.0, [0.05 + 0.001 * i, 0.07 + 0.001 * i]) for i in range(10)]
     fig = plot_cdfs(records)
     assert [ax.get_title() for ax in fig.axes] == [
-        "TTFT (10 values)", "TPOT (10 values)", "ITL (every gap) (10 values)",
+        "TTFT (10 values)",
+        "TPOT (10 values)",
+        "ITL (every gap) (10 values)",
         "E2E latency (10 values)",
     ]

@@ -23,7 +23,8 @@ from llmserve_ref.planning.capacity import sustainable_rate as find_rate
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
 from llmserve_ref.planning.roofline import ROOFLINE, VLLM_H100, Efficiency
-from llmserve_ref.planning.simulator import SLO, Pool, simulate
+from llmserve_ref.planning.simulator import Pool, simulate
+from llmserve_ref.planning.slo import SLO
 from llmserve_ref.planning.workload import Fixed
 
 LLAMA, H100 = model("Llama-3.1-8B"), gpu("H100-SXM")
@@ -52,8 +53,7 @@ def test_a_model_that_does_not_fit_is_refused():
 
 
 def test_the_sustainable_rate_is_where_attainment_crosses_the_target():
-    pool = Pool(SchedulerConfig(token_budget=256, max_num_seqs=16, num_blocks=4096),
-                LinearCost())
+    pool = Pool(SchedulerConfig(token_budget=256, max_num_seqs=16, num_blocks=4096), LinearCost())
     load = Load(1.0, Fixed(100), Fixed(20))
     slo = SLO(ttft=0.2, tpot=0.015)
     rate = find_rate(pool, load, slo, num_requests=200)
@@ -64,8 +64,7 @@ def test_the_sustainable_rate_is_where_attainment_crosses_the_target():
 
 
 def test_an_unreachable_target_sustains_nothing():
-    pool = Pool(SchedulerConfig(token_budget=256, max_num_seqs=16, num_blocks=4096),
-                LinearCost())
+    pool = Pool(SchedulerConfig(token_budget=256, max_num_seqs=16, num_blocks=4096), LinearCost())
     assert find_rate(pool, Load(1.0, Fixed(100), Fixed(20)), SLO(0.001, 0.001)) == 0.0
 
 
@@ -78,7 +77,8 @@ def test_a_plan_for_an_8b_model_adds_up():
     assert p.dollars_per_hour == pytest.approx(2.0 * p.gpus)
     output_tokens_per_hour = 50 * 200 * 3600
     assert p.cost_per_million_output_tokens == pytest.approx(
-        p.dollars_per_hour / output_tokens_per_hour * 1e6)
+        p.dollars_per_hour / output_tokens_per_hour * 1e6
+    )
     api_per_request = (1000 * 0.1 + 200 * 0.5) / 1e6
     assert p.api_dollars_per_hour == pytest.approx(50 * 3600 * api_per_request)
     assert p.breakeven_rate == pytest.approx(2.0 / 3600 / api_per_request)
@@ -89,12 +89,19 @@ def test_a_plan_for_an_8b_model_adds_up():
     assert peak.gpus_for_throughput == math.ceil(100 / p.sustainable_rate_per_gpu)
     assert peak.gpus_for_memory >= p.gpus_for_memory
     assert peak.cost_per_million_output_tokens == pytest.approx(
-        p.cost_per_million_output_tokens * peak.gpus / p.gpus)
+        p.cost_per_million_output_tokens * peak.gpus / p.gpus
+    )
     assert peak.api_dollars_per_hour == p.api_dollars_per_hour
     assert peak.utilization == pytest.approx(p.utilization * p.gpus / peak.gpus)
     # a 20x load needs more GPUs, never fewer
-    p20 = plan(LLAMA, H100, Load(1000, load.prompt_len, load.output_len), slo,
-               gpu_hour_price=2.0, api_price_per_million=(0.1, 0.5))
+    p20 = plan(
+        LLAMA,
+        H100,
+        Load(1000, load.prompt_len, load.output_len),
+        slo,
+        gpu_hour_price=2.0,
+        api_price_per_million=(0.1, 0.5),
+    )
     assert p20.gpus_for_throughput >= 20 * p.gpus_for_throughput - 20
     assert p20.gpus_for_memory >= p.gpus_for_memory
 
@@ -102,8 +109,16 @@ def test_a_plan_for_an_8b_model_adds_up():
 def test_the_memory_count_binds_for_long_prompts():
     # 32k-token prompts at 50/s: even unqueued, the requests in flight outgrow one GPU's cache.
     load = Load(50.0, Fixed(32_000), Fixed(10))
-    p = plan(LLAMA, H100, load, SLO(ttft=30.0, tpot=1.0), gpu_hour_price=1.0,
-             api_price_per_million=(1.0, 1.0), token_budget=32_768, max_num_seqs=8)
+    p = plan(
+        LLAMA,
+        H100,
+        load,
+        SLO(ttft=30.0, tpot=1.0),
+        gpu_hour_price=1.0,
+        api_price_per_million=(1.0, 1.0),
+        token_budget=32_768,
+        max_num_seqs=8,
+    )
     alone = p.gpus_for_memory * kv_cache_tokens(LLAMA, H100) / (50.0 * 32_005)
     assert p.gpus_for_memory >= 2 and alone > 0.5  # a 32k prefill alone takes over 0.5 s
 
@@ -113,7 +128,8 @@ def test_plans_assume_the_measured_efficiency_and_pools_the_roofline():
     assert instance_pool(LLAMA, H100).cost.efficiency is ROOFLINE
     pool = instance_pool(LLAMA, H100, efficiency=Efficiency(0.5, 0.5))
     assert pool.cost.decode_step_time(8, 100) == pytest.approx(
-        2 * instance_pool(LLAMA, H100).cost.decode_step_time(8, 100))
+        2 * instance_pool(LLAMA, H100).cost.decode_step_time(8, 100)
+    )
 
 
 def test_the_published_vllm_runs_imply_the_packaged_efficiency():
@@ -125,7 +141,8 @@ def test_the_published_vllm_runs_imply_the_packaged_efficiency():
     assert (round(implied.mfu, 2), round(implied.mbu, 2)) == (VLLM_H100.mfu, VLLM_H100.mbu)
     for run in (prefill, decode):  # the factors reproduce what was measured
         assert run.total_tokens_per_s(implied) == pytest.approx(
-            run.benchmark.total_tokens_per_s, rel=1e-3)
+            run.benchmark.total_tokens_per_s, rel=1e-3
+        )
         assert run.total_tokens_per_s(ROOFLINE) > 1.5 * run.benchmark.total_tokens_per_s
 
 

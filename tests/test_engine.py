@@ -203,8 +203,11 @@ def test_requests_that_do_not_fit_are_refused(engine):
 
     with pytest.raises(ValueError, match="positions"):
         run(submit(EngineRequest([0] * 250, max_tokens=10)))
-    with pytest.raises(ValueError, match="non-empty"):
+    with pytest.raises(ValueError, match="the prompt is empty"):
         run(submit(EngineRequest([], max_tokens=10)))
+    vocab = engine.tokenizer.vocab_size
+    with pytest.raises(ValueError, match=rf"ids \[{vocab}\] are outside the vocabulary"):
+        run(submit(EngineRequest([0, vocab], max_tokens=10)))
 
 
 @pytest.mark.parametrize("kind", ["loop", "batched"])

@@ -81,7 +81,8 @@ def test_causal_mask_is_pytorch_lower_right():
     shape = (1, 2, 2, 5, 12, 32, True)
     q, k, v = (t.cpu() for t in make_qkv(shape, torch.float32, seed=2))
     lower_right = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=causal_lower_right(5, 12))
+        q, k, v, attn_mask=causal_lower_right(5, 12)
+    )
     top_left = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     ours, _ = naive_attention(q, k, v, causal=True)
     torch.testing.assert_close(ours, lower_right)
@@ -136,8 +137,9 @@ def test_bad_arguments_say_what_to_do(q_shape, kv_shape, causal, message):
 
 
 def test_naive_bytes_count_four_passes_over_the_scores():
-    shape = AttentionShape(batch=1, q_heads=1, kv_heads=1, q_len=4, kv_len=4, head_dim=2,
-                           dtype_bytes=2, causal=False)
+    shape = AttentionShape(
+        batch=1, q_heads=1, kv_heads=1, q_len=4, kv_len=4, head_dim=2, dtype_bytes=2, causal=False
+    )
     # Q, K, V read and O written: 4 * 4 * 2 elements; S written, read, P written, read: 4 * 16.
     assert naive_hbm_bytes(shape) == (4 * 4 * 2 + 4 * 16) * 2
     causal = AttentionShape(**{**shape.__dict__, "causal": True})
@@ -145,8 +147,9 @@ def test_naive_bytes_count_four_passes_over_the_scores():
 
 
 def test_tiled_bytes():
-    shape = AttentionShape(batch=2, q_heads=8, kv_heads=2, q_len=1024, kv_len=1024,
-                           head_dim=64, causal=False)
+    shape = AttentionShape(
+        batch=2, q_heads=8, kv_heads=2, q_len=1024, kv_len=1024, head_dim=64, causal=False
+    )
     once = 4 * 1024 * 64 * 2 + 4 * 1024  # Q, K, V, O once, LSE in float32
     assert tiled_hbm_bytes(shape, block_m=1024) == once * 16
     # Eight query tiles of 128 each read all of K and V.
@@ -154,8 +157,9 @@ def test_tiled_bytes():
     causal = AttentionShape(**{**shape.__dict__, "causal": True})
     # Causal tile i reads (i + 1) * 128 keys: 36 tiles' worth instead of 64.
     kv_rows = sum((i + 1) * 128 for i in range(8))
-    assert tiled_hbm_bytes(causal, block_m=128) == (
-        (2 * 1024 + 2 * kv_rows) * 64 * 2 + 4 * 1024) * 16
+    assert (
+        tiled_hbm_bytes(causal, block_m=128) == ((2 * 1024 + 2 * kv_rows) * 64 * 2 + 4 * 1024) * 16
+    )
     assert tiled_hbm_bytes(causal) < tiled_hbm_bytes(shape) < naive_hbm_bytes(shape)
 
 
@@ -166,4 +170,3 @@ def test_flops_count_visible_pairs():
     assert attention_flops(chunk) == 4 * sum(range(91, 101)) * 64
     full = AttentionShape(2, 4, 1, 10, 100, 64, causal=False)
     assert attention_flops(full) == 4 * 10 * 100 * 64 * 8
-

@@ -73,8 +73,15 @@ def test_an_explicit_generator_overrides_the_seed(target, prompt):
 
 def test_the_target_writes_words_from_its_corpus(target, prompt):
     model, tokenizer = target
-    ids = list(generate(model, prompt, SamplingParams(seed=0), max_new_tokens=120,
-                        stop_token_ids={tokenizer.eos_id}))
+    ids = list(
+        generate(
+            model,
+            prompt,
+            SamplingParams(seed=0),
+            max_new_tokens=120,
+            stop_token_ids={tokenizer.eos_id},
+        )
+    )
     text = tokenizer.decode(ids, skip_special_tokens=True)
     known = set(re.findall(r"\w+", " ".join(corpus.train_documents(2000))))
     words = re.findall(r"\w+", text)
@@ -84,11 +91,16 @@ def test_the_target_writes_words_from_its_corpus(target, prompt):
 
 def test_invalid_requests_raise(target):
     model, _ = target
-    with pytest.raises(ValueError, match="prompt_ids is empty"):
+    with pytest.raises(ValueError, match="the prompt is empty"):
         next(generate(model, [], GREEDY))
-    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+    with pytest.raises(ValueError, match=r"max_tokens \(new tokens to generate\) must be >= 1"):
         next(generate(model, [0], GREEDY, max_new_tokens=0))
+    vocab = model.config.vocab_size
+    with pytest.raises(ValueError, match=rf"ids \[{vocab}\] are outside the vocabulary"):
+        next(generate(model, [0, vocab], GREEDY))
     limit = model.config.max_position_embeddings
     assert len(list(generate(model, [0, 5], GREEDY, max_new_tokens=3))) == 3
-    with pytest.raises(ValueError, match=f"need {limit + 1} positions, but the model's"):
-        next(generate(model, [0, 5], GREEDY, max_new_tokens=limit))
+    # vLLM's rule: prompt + max_tokens may fill the model length, not one token more.
+    next(generate(model, [0, 5], GREEDY, max_new_tokens=limit - 2))
+    with pytest.raises(ValueError, match=f"2 prompt tokens \\+ {limit - 1} max_tokens exceed"):
+        next(generate(model, [0, 5], GREEDY, max_new_tokens=limit - 1))

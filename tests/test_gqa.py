@@ -15,20 +15,18 @@ from llmserve_ref.model.gqa import (
     shared_kv_attention,
     uptrain,
 )
-from llmserve_ref.model.llama import Llama, ModelConfig
 from llmserve_ref.model.train import evaluate, token_stream
 from llmserve_ref.model.weights import load
 
 ATOL = 1e-5
 
 
-def mha_model(seed: int = 0) -> Llama:
-    torch.manual_seed(seed)
-    config = ModelConfig(
-        vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=32,
+@pytest.fixture
+def mha_model(tiny_llama):
+    """`mha_model()`: multi-head attention, 8 query heads and 8 K/V heads."""
+    return lambda: tiny_llama(
+        num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=32
     )
-    return Llama(config).to("cpu").eval()
 
 
 def ids(seed: int = 1) -> torch.Tensor:
@@ -37,7 +35,7 @@ def ids(seed: int = 1) -> torch.Tensor:
 
 @torch.no_grad()
 @pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
-def test_pooling_heads_that_are_already_equal_is_exact(num_kv_heads):
+def test_pooling_heads_that_are_already_equal_is_exact(num_kv_heads, mha_model):
     model = mha_model()
     group, head_dim = 8 // num_kv_heads, model.config.head_dim
     for block in model.model["layers"]:
@@ -49,7 +47,7 @@ def test_pooling_heads_that_are_already_equal_is_exact(num_kv_heads):
 
 
 @torch.no_grad()
-def test_pooled_heads_are_group_means_and_the_rest_is_copied():
+def test_pooled_heads_are_group_means_and_the_rest_is_copied(mha_model):
     model = mha_model()
     pooled = mean_pool_kv_heads(model, 2)
     assert pooled.config.num_key_value_heads == 2
@@ -66,12 +64,12 @@ def test_pooled_heads_are_group_means_and_the_rest_is_copied():
 
 
 @torch.no_grad()
-def test_pooling_to_the_same_head_count_changes_nothing():
+def test_pooling_to_the_same_head_count_changes_nothing(mha_model):
     model = mha_model()
     torch.testing.assert_close(mean_pool_kv_heads(model, 8)(ids()), model(ids()))
 
 
-def test_pooling_a_gqa_model_further_groups_consecutive_heads():
+def test_pooling_a_gqa_model_further_groups_consecutive_heads(mha_model):
     model = mean_pool_kv_heads(mha_model(), 4)
     twice = mean_pool_kv_heads(model, 1)
     once = mean_pool_kv_heads(mha_model(), 1)
@@ -79,12 +77,12 @@ def test_pooling_a_gqa_model_further_groups_consecutive_heads():
 
 
 @pytest.mark.parametrize("bad", [0, 3, 16, -2])
-def test_head_count_must_divide(bad):
+def test_head_count_must_divide(bad, mha_model):
     with pytest.raises(ValueError, match=r"must divide the model's 8 key/value heads.*1, 2, 4, 8"):
         mean_pool_kv_heads(mha_model(), bad)
 
 
-def test_uptrain_rejects_zero_steps():
+def test_uptrain_rejects_zero_steps(mha_model):
     with pytest.raises(ValueError, match="steps must be >= 1, got 0"):
         uptrain(mha_model(), torch.arange(100) % 64, steps=0)
 

@@ -7,19 +7,18 @@ import torch.nn.functional as F
 from llmserve_ref.device import get_device
 from llmserve_ref.kernels.grouped_attention import grouped_attention
 from llmserve_ref.model.kv_cache import KVCache
-from llmserve_ref.model.llama import Llama, ModelConfig
+from llmserve_ref.model.llama import ModelConfig
 
 DEVICE = get_device()
 ATOL = 1e-5  # fp32; the cached and uncached paths sum in different orders
 
 
-def small_model(num_kv_heads: int = 2, seed: int = 0) -> Llama:
-    torch.manual_seed(seed)
-    config = ModelConfig(
-        vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=8, num_key_value_heads=num_kv_heads, max_position_embeddings=64,
+@pytest.fixture
+def small_model(tiny_llama):
+    """`small_model(num_kv_heads)`: 8 query heads sharing `num_kv_heads` K/V heads."""
+    return lambda num_kv_heads=2: tiny_llama(
+        num_attention_heads=8, num_key_value_heads=num_kv_heads, device=DEVICE
     )
-    return Llama(config).to(DEVICE).eval()
 
 
 def tokens(batch: int, length: int, seed: int = 1) -> torch.Tensor:
@@ -28,7 +27,7 @@ def tokens(batch: int, length: int, seed: int = 1) -> torch.Tensor:
 
 
 @torch.no_grad()
-def test_decode_with_cache_equals_full_forward():
+def test_decode_with_cache_equals_full_forward(small_model):
     model, ids = small_model(), tokens(1, 20)
     full = model(ids)
     cache = model.make_cache(1, 20)
@@ -40,7 +39,7 @@ def test_decode_with_cache_equals_full_forward():
 
 @torch.no_grad()
 @pytest.mark.parametrize("chunks", [(20,), (5, 15), (7, 7, 6), (1,) * 20])
-def test_prefill_in_chunks_equals_prefill_at_once(chunks):
+def test_prefill_in_chunks_equals_prefill_at_once(chunks, small_model):
     model, ids = small_model(), tokens(1, 20)
     full = model(ids)
     cache, outs, start = model.make_cache(1, 20), [], 0
@@ -51,7 +50,7 @@ def test_prefill_in_chunks_equals_prefill_at_once(chunks):
 
 
 @torch.no_grad()
-def test_batch_rows_match_single_sequences():
+def test_batch_rows_match_single_sequences(small_model):
     model, ids = small_model(), tokens(3, 12)
     cache = model.make_cache(3, 13)
     batched = torch.cat([model(ids, cache), model(ids[:, :1], cache)], dim=1)
@@ -80,13 +79,14 @@ def test_grouped_attention_matches_repeated_kv_sdpa(num_kv_heads, T, S):
     torch.testing.assert_close(
         grouped_attention(q, k, v, positions),
         reference_attention(q, k, v, start=S - T),
-        atol=ATOL, rtol=1e-5,
+        atol=ATOL,
+        rtol=1e-5,
     )
 
 
 @torch.no_grad()
 @pytest.mark.parametrize("num_kv_heads", [1, 2, 4, 8])
-def test_any_number_of_kv_heads_runs_with_a_cache(num_kv_heads):
+def test_any_number_of_kv_heads_runs_with_a_cache(num_kv_heads, small_model):
     model, ids = small_model(num_kv_heads), tokens(2, 10)
     cache = model.make_cache(2, 10)
     out = torch.cat([model(ids[:, :6], cache), model(ids[:, 6:], cache)], dim=1)
@@ -95,7 +95,7 @@ def test_any_number_of_kv_heads_runs_with_a_cache(num_kv_heads):
 
 
 @torch.no_grad()
-def test_truncate_rolls_back_to_an_earlier_state():
+def test_truncate_rolls_back_to_an_earlier_state(small_model):
     model, ids = small_model(), tokens(1, 12)
     cache = model.make_cache(1, 12)
     model(ids[:, :8], cache)
@@ -105,7 +105,7 @@ def test_truncate_rolls_back_to_an_earlier_state():
     torch.testing.assert_close(rolled_back, model(ids)[:, 8:], atol=ATOL, rtol=0)
 
 
-def test_cache_size_is_the_kv_formula():
+def test_cache_size_is_the_kv_formula(small_model):
     cache = small_model().make_cache(batch_size=3, max_len=40)
     # 2 (K and V) × layers × batch × kv_heads × max_len × head_dim × 4 bytes (fp32)
     assert cache.nbytes == 2 * 2 * 3 * 2 * 40 * 8 * 4
@@ -119,7 +119,7 @@ def test_cache_errors_are_explicit():
         cache.truncate(1)
 
 
-def test_model_errors_are_explicit():
+def test_model_errors_are_explicit(small_model):
     with pytest.raises(ValueError, match="must be a multiple of num_key_value_heads"):
         ModelConfig(num_attention_heads=8, num_key_value_heads=3)
     model = small_model()

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
+from conftest import NEEDS_NODE, run_node
 from llmserve_ref.planning.kv_math import (
     DTYPE_BITS,
     KVFormat,
-    ModelConfig,
+    ModelShape,
     format_bytes,
     kv_bytes_per_batch,
     kv_bytes_per_sequence,
@@ -33,9 +30,8 @@ from llmserve_ref.planning.model_catalog import MODELS, catalog_as_json, config_
 
 ROOT = Path(__file__).resolve().parent.parent
 CALCULATOR = ROOT / "docs" / "javascripts" / "kv-calculator.js"
-NODE = shutil.which("node")
 
-pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js is not installed (no `node` on PATH)")
+pytestmark = NEEDS_NODE
 
 # Reads cases from stdin, evaluates each with the calculator's core, prints results as JSON.
 RUNNER = r"""
@@ -65,20 +61,11 @@ process.stdout.write(JSON.stringify(results));
 
 
 def run_js(cases: list[dict]) -> list[dict]:
-    result = subprocess.run(
-        [NODE, "-e", RUNNER, str(CALCULATOR)],
-        input=json.dumps(cases),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return run_node(RUNNER, CALCULATOR, cases, timeout=120)
 
 
 def case(
-    cfg: ModelConfig,
+    cfg: ModelShape,
     params: int,
     *,
     context: int,

@@ -18,7 +18,7 @@ from llmserve_ref.planning.hardware import GIB, GPUS, gpu
 from llmserve_ref.planning.kv_math import (
     DTYPE_BITS,
     KVFormat,
-    ModelConfig,
+    ModelShape,
     format_bytes,
     from_hf_config,
     kv_bytes_per_batch,
@@ -331,7 +331,7 @@ def test_format_bytes():
         ),
         (
             lambda: kv_bytes_per_token(
-                ModelConfig("x", 2, 48, 12, 64, 3072, 10, 10), tensor_parallel=16
+                ModelShape("x", 2, 48, 12, 64, 3072, 10, 10), tensor_parallel=16
             ),
             "tensor_parallel=16 neither divides nor is a multiple of its 12 KV heads",
         ),
@@ -373,6 +373,6 @@ def test_bad_input_says_what_is_wrong(call, message):
 
 
 def test_model_config_is_a_plain_value():
-    cfg = ModelConfig("toy", 2, 4, 2, 8, 32, 100, 64)
+    cfg = ModelShape("toy", 2, 4, 2, 8, 32, 100, 64)
     assert cfg.attention == "GQA"
     assert kv_bytes_per_token(cfg, "fp32") == 2 * 2 * 2 * 8 * 4

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
-from llmserve_ref.model.llama import ModelConfig
 from llmserve_ref.planning.measure import (
     decode_steppers,
     interleaved,
-    random_llama,
     this_machine,
     torch_threads,
 )
@@ -39,22 +38,18 @@ def test_this_machine_measures_a_plausible_roof():
         roof = this_machine(rounds=3, device=torch.device("cpu"))
     assert 1e8 < roof.memory_bandwidth < 1e13  # between 0.1 GB/s and 10 TB/s
     assert 1e8 < roof.peak_flops < 1e16
-    assert roof.ridge_point == roof.peak_flops / roof.memory_bandwidth
+    # The ridge point is where the ceilings meet: below it a kernel is memory-bound
+    # (its FLOP/s grow with intensity), at and above it compute-bound (flat at the peak).
+    ridge = roof.ridge_point
+    assert roof.attainable_flops(ridge) == pytest.approx(roof.peak_flops)
+    assert roof.attainable_flops(ridge / 2) == pytest.approx(roof.peak_flops / 2)
+    assert roof.attainable_flops(2 * ridge) == pytest.approx(roof.peak_flops)
 
 
-def test_decode_steppers_advance_their_own_caches():
-    config = ModelConfig(
-        vocab_size=32,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-    )
-    model = random_llama(config, device=torch.device("cpu"))
-    steps = decode_steppers(model, [1, 3], context=5, max_steps=2)
+def test_decode_steppers_repeat_one_decode_step_per_batch(tiny_llama):
+    model = tiny_llama(vocab_size=32)
+    steps = decode_steppers(model, [1, 3], context=5)
     logits = steps[3]()
     assert logits.shape == (3, 1, 32)
-    steps[3]()
+    torch.testing.assert_close(steps[3](), logits)  # the same step again, not a longer one
     assert steps[1]().shape == (1, 1, 32)

@@ -67,8 +67,11 @@ def test_greedy_generation_matches(pair, tokenizer):
     greedy, eos = SamplingParams(temperature=0), {tokenizer.eos_id}
     mine = list(generate(ours, prompt, greedy, max_new_tokens=64, stop_token_ids=eos))
     hf = theirs.generate(
-        torch.tensor([prompt], device=DEVICE), do_sample=False, max_new_tokens=64,
-        eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.eos_id,
+        torch.tensor([prompt], device=DEVICE),
+        do_sample=False,
+        max_new_tokens=64,
+        eos_token_id=tokenizer.eos_id,
+        pad_token_id=tokenizer.eos_id,
     )
     assert len(mine) == 64  # a story is longer than 64 tokens: no early stop
     assert mine == hf[0, len(prompt) :].tolist()

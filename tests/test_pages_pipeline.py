@@ -14,6 +14,7 @@ from pages import (
     ROOT,
     PageDocument,
     fences,
+    includes,
     mkdocs_config,
     page_sybil,
     pages,
@@ -143,9 +144,8 @@ def test_included_files_are_watched_by_mkdocs_serve():
     """`mkdocs serve` rebuilds when anything a page includes changes."""
     config = mkdocs_config()
     watched = [ROOT / w for w in config["watch"]] + [ROOT / "docs"]
-    include = re.compile(r'--8<--\s+"([^":]+)')
     for page in pages():
-        for target in include.findall(page.read_text(encoding="utf-8")):
+        for target, _ in includes(page.read_text(encoding="utf-8")):
             path = (ROOT / target).resolve()
             assert path.exists(), f"{page.name} includes {target}, which does not exist"
             assert any(path.is_relative_to(w.resolve()) for w in watched), (

@@ -3,21 +3,18 @@
 import pytest
 import torch
 
-from llmserve_ref.model.llama import Llama, ModelConfig
 from llmserve_ref.planning.phases import decode_step, prefill_step, recompute_step
 
 
-def model() -> Llama:
-    torch.manual_seed(0)
-    return Llama(ModelConfig(
-        vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
-    )).to("cpu").eval()
+@pytest.fixture
+def model(tiny_llama):
+    """A small Llama of 16 positions, so that the limits are easy to reach."""
+    return tiny_llama(vocab_size=32, max_position_embeddings=16)
 
 
 @torch.no_grad()
-def test_prefill_step_is_a_full_forward_and_repeats():
-    m = model()
+def test_prefill_step_is_a_full_forward_and_repeats(model):
+    m = model
     step = prefill_step(m, batch_size=3, prompt_len=5)
     expected = m(torch.zeros(3, 5, dtype=torch.long))
     for _ in range(3):  # the cache is emptied each call, so calls never overflow
@@ -25,8 +22,8 @@ def test_prefill_step_is_a_full_forward_and_repeats():
 
 
 @torch.no_grad()
-def test_decode_step_computes_one_token_per_sequence_at_a_fixed_context():
-    m = model()
+def test_decode_step_computes_one_token_per_sequence_at_a_fixed_context(model):
+    m = model
     step = decode_step(m, batch_size=2, context=15)
     outs = [step() for _ in range(3)]
     assert outs[0].shape == (2, 1, 32)
@@ -34,18 +31,18 @@ def test_decode_step_computes_one_token_per_sequence_at_a_fixed_context():
 
 
 @torch.no_grad()
-def test_recompute_step_feeds_context_plus_one_tokens():
-    m = model()
+def test_recompute_step_feeds_context_plus_one_tokens(model):
+    m = model
     out = recompute_step(m, context=9)()
     assert out.shape == (1, 10, 32)
     torch.testing.assert_close(out, m(torch.zeros(1, 10, dtype=torch.long)))
 
 
-def test_errors_name_the_limit():
-    m = model()
+def test_errors_name_the_limit(model):
+    m = model
     with pytest.raises(ValueError, match="17 positions needed but the model's max_position"):
         decode_step(m, 1, context=16)
     with pytest.raises(ValueError, match="17 positions needed"):
         recompute_step(m, context=16)
-    with pytest.raises(ValueError, match="must be >= 1, got 0 and 4"):
+    with pytest.raises(ValueError, match="must be >= 1 and context >= 0, got 0, 4 and 0"):
         prefill_step(m, 0, 4)

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from llmserve_ref.model.kv_cache import KVCache
-from llmserve_ref.model.llama import Llama, ModelConfig
 from llmserve_ref.model.quantization import (
     QuantizedKVCache,
     QuantizedLinear,
@@ -107,21 +106,8 @@ def test_quantized_linear_is_close_to_the_float_layer(bits, fused, atol):
     assert torch.allclose(layer(x), x @ layer.dequantized_weight().T, atol=1e-4)
 
 
-def tiny_model() -> Llama:
-    torch.manual_seed(0)
-    config = ModelConfig(
-        vocab_size=64,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-    return Llama(config).to("cpu").eval()
-
-
-def test_quantize_linears_keeps_the_head_and_saves_memory():
-    model = tiny_model()
+def test_quantize_linears_keeps_the_head_and_saves_memory(tiny_llama):
+    model = tiny_llama()
     before = model_bytes(model)
     quantize_linears(model, 8)
     names = [n for n, m in model.named_modules() if isinstance(m, QuantizedLinear)]
@@ -133,8 +119,8 @@ def test_quantize_linears_keeps_the_head_and_saves_memory():
 
 
 @pytest.mark.parametrize("fmt", ["int8", "e4m3fn", "e4m3fnuz"])
-def test_quantized_cache_matches_the_float_cache(fmt):
-    model = tiny_model()
+def test_quantized_cache_matches_the_float_cache(fmt, tiny_llama):
+    model = tiny_llama()
     ids = torch.randint(64, (2, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         expected = model(ids, model.make_cache(2, 16))
@@ -148,8 +134,8 @@ def test_quantized_cache_matches_the_float_cache(fmt):
     assert cache.nbytes < float_cache.nbytes / 3
 
 
-def test_quantized_cache_overflow_and_bad_format():
-    model = tiny_model()
+def test_quantized_cache_overflow_and_bad_format(tiny_llama):
+    model = tiny_llama()
     cache = QuantizedKVCache(model.make_cache(1, 4), "int8")
     with pytest.raises(ValueError, match="overflow"):
         model(torch.zeros(1, 5, dtype=torch.long), cache)

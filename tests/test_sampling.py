@@ -244,7 +244,7 @@ def test_min_tokens_bans_the_stop_tokens_until_enough_are_out():
         output = torch.zeros((1, n), dtype=torch.long)
         processed = process_logits(LOGITS[None], params, output_ids=output, stop_token_ids=stop)
         assert processed[0, 1] == float("-inf") and kept(processed[0]) == {0, 2, 3}
-        assert all(next_token(LOGITS[None], params, None, output, g, stop) != 1 for _ in range(50))
+        assert all(next_token(LOGITS[None], params, (), [0] * n, g, stop) != 1 for _ in range(50))
     enough = torch.zeros((1, 3), dtype=torch.long)
     assert torch.equal(process_logits(LOGITS[None], params, None, enough, stop), LOGITS[None])
     # Without stop tokens (ignore_eos) there is nothing to ban.

@@ -62,8 +62,9 @@ def test_a_long_prompt_is_split_into_chunks_under_the_budget():
 
 
 def two_decoders_and_a_long_prompt(priority: str) -> list[SchedulerOutput]:
-    config = SchedulerConfig(token_budget=8, max_num_seqs=4, block_size=4, num_blocks=64,
-                             priority=priority)
+    config = SchedulerConfig(
+        token_budget=8, max_num_seqs=4, block_size=4, num_blocks=64, priority=priority
+    )
     s = Scheduler(config)
     for name in ("a", "b"):
         s.add_request(Request(name, prompt_len=3, max_tokens=10))
@@ -96,8 +97,9 @@ def test_max_num_seqs_caps_the_running_set():
 
 
 def test_static_batching_admits_nothing_until_the_whole_batch_is_done():
-    config = SchedulerConfig(token_budget=64, max_num_seqs=2, block_size=4, num_blocks=64,
-                             batching="static")
+    config = SchedulerConfig(
+        token_budget=64, max_num_seqs=2, block_size=4, num_blocks=64, batching="static"
+    )
     requests = [Request("short", 4, 2), Request("long", 4, 10), Request("next", 4, 2)]
     run = drive(config, requests)
     # "short" finishes after step 1, but "next" only starts when "long" has finished.
@@ -106,8 +108,9 @@ def test_static_batching_admits_nothing_until_the_whole_batch_is_done():
 
 
 def test_static_batching_reserves_each_members_whole_length():
-    config = SchedulerConfig(token_budget=64, max_num_seqs=4, block_size=4, num_blocks=64,
-                             batching="static")
+    config = SchedulerConfig(
+        token_budget=64, max_num_seqs=4, block_size=4, num_blocks=64, batching="static"
+    )
     s = Scheduler(config)
     request = Request("r", prompt_len=5, max_tokens=11)
     s.add_request(request)
@@ -162,8 +165,9 @@ def test_bad_requests_are_refused():
 def test_when_decoding_runs_out_of_blocks_the_newest_is_preempted_and_requeued_first():
     # 4 blocks of 4 tokens. "old" and "new" each hold 2 blocks after their prompts; when
     # "old" crosses into a third block, "new" (admitted later) gives its blocks back.
-    config = SchedulerConfig(token_budget=16, max_num_seqs=4, block_size=4, num_blocks=4,
-                             watermark=0.0)
+    config = SchedulerConfig(
+        token_budget=16, max_num_seqs=4, block_size=4, num_blocks=4, watermark=0.0
+    )
     s = Scheduler(config)
     old, new, queued = Request("old", 8, 5), Request("new", 8, 5), Request("queued", 2, 1)
     for r in (old, new, queued):
@@ -182,8 +186,9 @@ def test_when_decoding_runs_out_of_blocks_the_newest_is_preempted_and_requeued_f
 
 
 def test_a_preempted_request_recomputes_its_prompt_and_outputs_before_decoding_again():
-    config = SchedulerConfig(token_budget=16, max_num_seqs=4, block_size=4, num_blocks=4,
-                             watermark=0.0)
+    config = SchedulerConfig(
+        token_budget=16, max_num_seqs=4, block_size=4, num_blocks=4, watermark=0.0
+    )
     new = Request("new", 8, 5)
     run = drive(config, [Request("old", 8, 5), new])
     # prompt (8), first preempted at 1 output; recompute 8 + 1 tokens in one chunk, then decode
@@ -197,8 +202,14 @@ def test_a_freshly_admitted_request_is_not_preempted_when_the_watermark_leaves_r
     # in that very step (prefill priority schedules it before the decodes); with one, it
     # waits for room instead and no work is lost.
     def run_with(watermark: float) -> tuple[Scheduler, SchedulerOutput]:
-        config = SchedulerConfig(token_budget=32, max_num_seqs=4, block_size=4, num_blocks=8,
-                                 priority="prefill", watermark=watermark)
+        config = SchedulerConfig(
+            token_budget=32,
+            max_num_seqs=4,
+            block_size=4,
+            num_blocks=8,
+            priority="prefill",
+            watermark=watermark,
+        )
         s = Scheduler(config)
         for name in ("a", "b"):
             s.add_request(Request(name, prompt_len=4, max_tokens=8))
@@ -221,8 +232,9 @@ def test_a_workload_that_thrashes_without_a_watermark_still_makes_progress():
 
     results = {}
     for watermark in (0.0, 0.2):
-        config = SchedulerConfig(token_budget=32, max_num_seqs=16, block_size=16,
-                                 num_blocks=48, watermark=watermark)
+        config = SchedulerConfig(
+            token_budget=32, max_num_seqs=16, block_size=16, num_blocks=48, watermark=watermark
+        )
         requests = workload()
         run = drive(config, requests, max_steps=5000)
         assert all(r.num_output_tokens == r.max_tokens for r in requests)
@@ -232,8 +244,14 @@ def test_a_workload_that_thrashes_without_a_watermark_still_makes_progress():
 
 def big_behind_small(max_skips: int) -> Run:
     # "hog" holds most of the cache; "big" cannot fit beside it, "small" can.
-    config = SchedulerConfig(token_budget=64, max_num_seqs=4, block_size=4, num_blocks=16,
-                             watermark=0.0, max_skips=max_skips)
+    config = SchedulerConfig(
+        token_budget=64,
+        max_num_seqs=4,
+        block_size=4,
+        num_blocks=16,
+        watermark=0.0,
+        max_skips=max_skips,
+    )
     requests = [Request("hog", 40, 8), Request("big", 30, 2)]
     requests += [Request(f"small{i}", 4, 4) for i in range(6)]
     return drive(config, requests, arrivals=[0, 1, 1, 1, 1, 2, 2, 2])
@@ -249,8 +267,11 @@ def test_strict_fcfs_blocks_everyone_behind_a_request_that_does_not_fit():
 def test_skipping_lets_small_requests_pass_a_blocked_one_a_bounded_number_of_times():
     run = big_behind_small(max_skips=2)
     assert run.admitted_at["small0"] == 1  # passed "big" at once
-    passed = [k for k, t in run.admitted_at.items() if k.startswith("small")
-              and t < run.admitted_at["big"]]
+    passed = [
+        k
+        for k, t in run.admitted_at.items()
+        if k.startswith("small") and t < run.admitted_at["big"]
+    ]
     assert 1 <= len(passed) <= 2 * 4  # two skips, each admitting at most a full batch
     assert run.scheduler.running == [] and not run.scheduler.waiting
 
@@ -277,8 +298,9 @@ def workloads(draw):
         watermark=draw(st.sampled_from([0.0, 0.05, 0.2])),
         max_skips=draw(st.integers(0, 3)),
     )
-    requests = [Request(str(i), p, o) for i, (p, o) in enumerate(zip(prompts, outputs,
-                                                                      strict=True))]
+    requests = [
+        Request(str(i), p, o) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))
+    ]
     return config, requests, arrivals
 
 
@@ -326,8 +348,7 @@ def test_invariants_hold_and_every_request_finishes_with_its_output_length(workl
         running_before = list(s.running)
         out = s.schedule()
         check_step(s, out, running_before)
-        first_admission += [r.request_id for r in s.running if r.request_id not in
-                            first_admission]
+        first_admission += [r.request_id for r in s.running if r.request_id not in first_admission]
         s.update_from_output(out)
         step += 1
     for r in requests:
@@ -335,6 +356,8 @@ def test_invariants_hold_and_every_request_finishes_with_its_output_length(workl
         assert s.block_table(r) == []
     assert s.num_free_blocks == config.num_blocks
     if config.max_skips == 0:  # strict FCFS: first admissions in arrival order
-        order = [r.request_id for _, _, r in sorted(zip(arrivals, range(len(requests)),
-                                                         requests, strict=True))]
+        order = [
+            r.request_id
+            for _, _, r in sorted(zip(arrivals, range(len(requests)), requests, strict=True))
+        ]
         assert first_admission == order

@@ -8,10 +8,19 @@ streamed. That the numbers are the model's own is tested on the engine
 
 from __future__ import annotations
 
+import json
 import math
 
 import httpx
 import pytest
+
+from llmserve_ref.model.sampling import SamplingParams
+from llmserve_ref.serving.openai_protocol import (
+    SAMPLER_FIELDS,
+    ChatCompletionRequest,
+    CompletionRequest,
+    parse,
+)
 
 STORY = [{"role": "user", "content": "Tell me a story about a fox."}]
 PROMPT = "Once upon a time,"
@@ -130,3 +139,33 @@ def test_bad_values_get_an_openai_error_naming_the_field(server, client, endpoin
     assert param.split(".")[0] in error["message"]
     ok = client.completions.create(model="tiny", prompt="Once", max_tokens=2)
     assert ok.usage.completion_tokens == 2
+
+
+# Every sampler knob a request sets by name, each away from its default.
+KNOBS = {
+    "temperature": 0.5,
+    "top_k": 5,
+    "top_p": 0.9,
+    "min_p": 0.1,
+    "repetition_penalty": 1.1,
+    "frequency_penalty": 0.5,
+    "presence_penalty": -0.5,
+    "seed": 7,
+    "logit_bias": {"3": 5.0},
+    "min_tokens": 2,
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "prompt"),
+    [(CompletionRequest, {"prompt": PROMPT}), (ChatCompletionRequest, {"messages": STORY})],
+)
+def test_the_request_fields_reach_the_sampler_by_name(schema, prompt):
+    """No field is copied by hand: a knob added to `SamplingParams` must be a request
+    field too, and this test names every one."""
+    assert set(KNOBS) == set(SAMPLER_FIELDS)
+    plain = parse(json.dumps({"model": "tiny", **prompt}).encode(), schema)
+    assert plain.sampling_params(vocab_size=100) == SamplingParams()
+    tuned = parse(json.dumps({"model": "tiny", **prompt, **KNOBS}).encode(), schema)
+    expected = SamplingParams(**{**KNOBS, "logit_bias": {3: 5.0}})
+    assert tuned.sampling_params(vocab_size=100) == expected

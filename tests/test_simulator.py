@@ -11,8 +11,9 @@ from llmserve_ref.engine.scheduler import SchedulerConfig
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
 from llmserve_ref.planning.roofline import VLLM_H100, Efficiency, StepCost
-from llmserve_ref.planning.simulator import SLO, Pool, RequestMetrics, SimResult, simulate
-from llmserve_ref.planning.workload import Fixed, LogNormal, RequestSpec, Uniform, generate
+from llmserve_ref.planning.simulator import Pool, RequestMetrics, SimResult, simulate
+from llmserve_ref.planning.slo import SLO
+from llmserve_ref.planning.workload import Fixed, LogNormal, RequestSpec, Uniform, sample_workload
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def test_requests_arriving_together_share_steps():
 
 
 def test_the_timeline_accounts_for_every_token():
-    workload = generate(30, 50.0, Uniform(1, 400), Uniform(1, 60), seed=1)
+    workload = sample_workload(30, 50.0, Uniform(1, 400), Uniform(1, 60), seed=1)
     result = simulate(workload, Pool(CONFIG, LinearCost(per_token=1e-4)), record_steps=True)
     ran: dict[str, int] = {}
     for step in result.steps:
@@ -71,19 +72,21 @@ def test_the_timeline_accounts_for_every_token():
 
 
 def test_continuous_batching_beats_static_batching_when_output_lengths_vary():
-    workload = generate(200, math.inf, Fixed(50), LogNormal(50, 1.0, high=1000), seed=0)
+    workload = sample_workload(200, math.inf, Fixed(50), LogNormal(50, 1.0, high=1000), seed=0)
     cost = LinearCost(per_token=1e-5)
     continuous = simulate(workload, Pool(CONFIG, cost))
-    static = simulate(workload, Pool(SchedulerConfig(**{**CONFIG.__dict__,
-                                                        "batching": "static"}), cost))
+    static = simulate(
+        workload, Pool(SchedulerConfig(**{**CONFIG.__dict__, "batching": "static"}), cost)
+    )
     assert continuous.throughput() > 2 * static.throughput()
     assert continuous.percentile("e2e_latency", 50) < static.percentile("e2e_latency", 50)
 
 
 def test_preemptions_are_counted_and_every_request_still_finishes():
-    tight = SchedulerConfig(token_budget=256, max_num_seqs=8, block_size=16, num_blocks=40,
-                            watermark=0.0)
-    workload = generate(40, math.inf, Uniform(50, 200), Uniform(50, 300), seed=2)
+    tight = SchedulerConfig(
+        token_budget=256, max_num_seqs=8, block_size=16, num_blocks=40, watermark=0.0
+    )
+    workload = sample_workload(40, math.inf, Uniform(50, 200), Uniform(50, 300), seed=2)
     result = simulate(workload, Pool(tight, LinearCost()))
     assert sum(m.num_preemptions for m in result.requests) > 0
     assert all(not math.isnan(m.finish_time) for m in result.requests)
@@ -102,8 +105,13 @@ def test_a_second_instance_takes_the_second_request():
 def test_disaggregation_hands_the_cache_over_after_the_first_token():
     spec = RequestSpec("r", 0.0, prompt_len=100, output_len=5)
     cost = LinearCost(fixed=0.010)
-    result = simulate([spec], Pool(CONFIG, cost), decode=Pool(CONFIG, cost),
-                      kv_transfer_time=lambda prompt_len: prompt_len * 1e-4, record_steps=True)
+    result = simulate(
+        [spec],
+        Pool(CONFIG, cost),
+        decode=Pool(CONFIG, cost),
+        kv_transfer_time=lambda prompt_len: prompt_len * 1e-4,
+        record_steps=True,
+    )
     m = result.requests[0]
     assert m.ttft == pytest.approx(0.010)  # the prefill instance samples the first token
     assert m.finish_time == pytest.approx(0.010 + 0.010 + 4 * 0.010)  # 10 ms transfer
@@ -114,11 +122,12 @@ def test_disaggregation_hands_the_cache_over_after_the_first_token():
 
 def test_one_token_outputs_finish_on_the_prefill_pool():
     spec = RequestSpec("r", 0.0, prompt_len=10, output_len=1)
-    result = simulate([spec], Pool(CONFIG, LinearCost()), decode=Pool(CONFIG, LinearCost()),
-                      record_steps=True)
+    result = simulate(
+        [spec], Pool(CONFIG, LinearCost()), decode=Pool(CONFIG, LinearCost()), record_steps=True
+    )
     assert [s.instance for s in result.steps] == [0]
     assert math.isnan(result.requests[0].tpot)
-    assert SLO(ttft=0.02, tpot=0.0).met_by(result.requests[0])
+    assert result.requests[0].meets(SLO(ttft=0.02, tpot=0.0))
 
 
 def test_goodput_counts_requests_meeting_both_targets():
@@ -129,14 +138,14 @@ def test_goodput_counts_requests_meeting_both_targets():
     ]
     result = SimResult(requests, num_steps=0)
     slo = SLO(ttft=0.2, tpot=0.1)
-    assert [slo.met_by(m) for m in requests] == [True, False, False]
+    assert [m.meets(slo) for m in requests] == [True, False, False]
     assert result.goodput(slo) == pytest.approx(1 / 3.1)
     assert result.attainment(slo) == pytest.approx(1 / 3)
 
 
 def test_with_the_roofline_cost_a_bigger_batch_gives_more_tokens_per_second():
     cost = StepCost(model("Llama-3.1-8B"), gpu("H100-SXM"))
-    workload = generate(256, math.inf, Fixed(200), Fixed(100), seed=0)
+    workload = sample_workload(256, math.inf, Fixed(200), Fixed(100), seed=0)
     results = {}
     for seqs in (1, 16, 128):
         config = SchedulerConfig(token_budget=2048, max_num_seqs=seqs, num_blocks=20_000)
@@ -148,17 +157,18 @@ def test_with_the_roofline_cost_a_bigger_batch_gives_more_tokens_per_second():
 def test_an_efficiency_slows_the_simulated_engine_by_its_factors():
     llama, h100 = model("Llama-3.1-8B"), gpu("H100-SXM")
     config = SchedulerConfig(token_budget=2048, max_num_seqs=64, num_blocks=20_000)
-    decode_bound = generate(64, math.inf, Fixed(16), Fixed(200), seed=0)
+    decode_bound = sample_workload(64, math.inf, Fixed(16), Fixed(200), seed=0)
     ideal = simulate(decode_bound, Pool(config, StepCost(llama, h100)))
     half_bandwidth = Pool(config, StepCost(llama, h100, efficiency=Efficiency(mfu=1.0, mbu=0.5)))
     # every step but the first (16 tokens of 64 prompts) is a memory-bound decode
     assert simulate(decode_bound, half_bandwidth).duration == pytest.approx(
-        2 * ideal.duration, rel=0.01)
+        2 * ideal.duration, rel=0.01
+    )
     measured = simulate(decode_bound, Pool(config, StepCost(llama, h100, efficiency=VLLM_H100)))
     assert measured.throughput() < ideal.throughput() / 1.5
 
 
 def test_the_same_inputs_give_the_same_result():
-    workload = generate(100, 20.0, LogNormal(100, 1.0), LogNormal(50, 1.0), seed=5)
+    workload = sample_workload(100, 20.0, LogNormal(100, 1.0), LogNormal(50, 1.0), seed=5)
     a, b = (simulate(workload, Pool(CONFIG, LinearCost(per_token=1e-4))) for _ in range(2))
     assert a.requests == b.requests

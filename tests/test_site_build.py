@@ -1,14 +1,19 @@
-"""How the site is built: notebooks execute and fail the build on error; .py files stay code."""
+"""How the site is built: notebooks execute and fail the build on error; .py files stay code;
+the site serves the package's wheel, and every page with code shows the lines that install it."""
 
 from __future__ import annotations
 
+import html
+import importlib.metadata
 import json
+import re
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
-from pages import mkdocs_config
+from pages import fences, mkdocs_config, pages, resolve_includes
 
 from conftest import ROOT, mkdocs_build
 
@@ -104,3 +109,50 @@ def test_no_page_links_to_a_placeholder_address(built_site):
         assert "example.org" not in html, page
     home = (built_site.site / "index.html").read_text(encoding="utf-8")
     assert '<link rel="canonical" href="http://127.0.0.1:8000/">' in home
+
+
+def page_text(page: Path) -> str:
+    """A built page as a reader reads it: tags dropped, entities decoded."""
+    return html.unescape(re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8")))
+
+
+def built_page(built_site, source: Path) -> Path:
+    rel = source.relative_to(ROOT / "docs").with_suffix("")
+    return built_site.site / ("" if rel.name == "index" else rel) / "index.html"
+
+
+@pytest.mark.slow
+def test_the_site_serves_the_packages_wheel(built_site):
+    from published_wheel import DOWNLOADS
+
+    (wheel,) = (built_site.site / DOWNLOADS).glob("*.whl")
+    version = importlib.metadata.version("llmserve-ref")  # pyproject.toml's, installed
+    assert wheel.name == f"llmserve_ref-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    assert "llmserve_ref/model/weights.py" in names
+    assert "llmserve_ref/data/models/target/model.safetensors" in names
+
+
+@pytest.mark.slow
+def test_home_and_every_page_with_code_show_the_install_lines(built_site):
+    from published_wheel import DOWNLOADS, install_lines
+
+    (wheel,) = (built_site.site / DOWNLOADS).glob("*.whl")
+    lines = install_lines(f"http://127.0.0.1:8000/{DOWNLOADS}/{wheel.name}")  # site_url here
+    home = ROOT / "docs" / "index.md"
+    with_code = [p for p in pages() if fences(resolve_includes(p.read_text(encoding="utf-8")))]
+    assert with_code, "no page has a Python block: fences() found none"
+    for source in [home, *with_code]:
+        text = page_text(built_page(built_site, source))
+        for line in lines:
+            assert line in text, f"{source.name} does not show {line!r}"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for line in lines:
+        assert line in readme, f"README.md's 'Copy-run a snippet' must show {line!r}"
+
+
+@pytest.mark.slow
+def test_no_page_tells_a_reader_to_install_from_a_clone(built_site):
+    for page in built_site.site.rglob("*.html"):
+        assert "pip install -e" not in page_text(page), page

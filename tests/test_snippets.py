@@ -34,19 +34,23 @@ def transcript(script: Path) -> tuple[list[str], str]:
     return argv[2:], expected
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.relative_to(SNIPPETS).as_posix())
-def test_snippet_prints_its_transcript(script: Path):
-    args, expected = transcript(script)
-    env = {
+def reader_env() -> dict[str, str]:
+    """The environment a reader's run gets: the suite's device, seeded hashes, no display."""
+    return {
         **os.environ,
         "LLMSERVE_DEVICE": os.environ.get("LLMSERVE_DEVICE", "cpu"),
         "PYTHONHASHSEED": "0",
         "MPLBACKEND": "Agg",
     }
+
+
+def check_prints_its_transcript(script: Path, python: str = sys.executable) -> None:
+    """Run `script` with `python` in its folder, as its transcript says, and compare."""
+    args, expected = transcript(script)
     result = subprocess.run(
-        [sys.executable, script.name, *args],
+        [python, script.name, *args],
         cwd=script.parent,
-        env=env,
+        env=reader_env(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -56,6 +60,11 @@ def test_snippet_prints_its_transcript(script: Path):
     assert checker.check_output(expected, result.stdout, doctest.ELLIPSIS), (
         f"{script.name} printed:\n{result.stdout}\nbut its transcript says:\n{expected}"
     )
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.relative_to(SNIPPETS).as_posix())
+def test_snippet_prints_its_transcript(script: Path):
+    check_prints_its_transcript(script)
 
 
 def test_every_snippet_folder_is_a_topic():

@@ -22,7 +22,6 @@ from llmserve_ref.engine.speculative import (
     verify,
 )
 from llmserve_ref.model.generate import generate
-from llmserve_ref.model.llama import Llama, ModelConfig
 from llmserve_ref.model.sampling import SamplingParams
 from llmserve_ref.model.weights import load_draft, load_target
 from llmserve_ref.planning.measure import torch_threads
@@ -256,8 +255,9 @@ def test_sampled_speculative_decoding_matches_the_target_end_to_end(models, prom
     generator = torch.Generator().manual_seed(2024)
     counts = torch.zeros(len(cells), dtype=torch.long)
     for _ in range(800):
-        decoder = SpeculativeDecoder(target, draft, prompt, params, gamma=2,
-                                     max_new_tokens=tokens3 + 1, generator=generator)
+        decoder = SpeculativeDecoder(
+            target, draft, prompt, params, gamma=2, max_new_tokens=tokens3 + 1, generator=generator
+        )
         while len(decoder.output) < tokens3:
             decoder.step()
         counts[cells[tuple(decoder.output[:tokens3])]] += 1
@@ -300,7 +300,7 @@ def test_out_of_vocabulary_ids_are_refused(models):
             SpeculativeDecoder(target, draft, [0, bad])
 
 
-def test_shapes_and_setup_are_checked(models):
+def test_shapes_and_setup_are_checked(models, tiny_llama):
     target, draft, _ = models
     with pytest.raises(ValueError, match=r"p must be \[3, vocab\]"):
         verify([1, 2], torch.full((2, 4), 0.25), torch.full((2, 4), 0.25))
@@ -310,8 +310,7 @@ def test_shapes_and_setup_are_checked(models):
         SpeculativeDecoder(target, draft, [0], SamplingParams(repetition_penalty=1.2))
     with pytest.raises(ValueError, match="positions"):
         SpeculativeDecoder(target, draft, [0] * 200, max_new_tokens=100)
-    other = Llama(ModelConfig(vocab_size=100, hidden_size=16, intermediate_size=32,
-                              num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    other = tiny_llama(vocab_size=100)
     with pytest.raises(ValueError, match="share one tokenizer"):
         SpeculativeDecoder(target, other.to(target.device), [0])
 

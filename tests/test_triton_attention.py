@@ -81,13 +81,19 @@ def test_decode_dtypes_and_default_splits(dtype):
 
 
 @needs_triton
-@pytest.mark.skipif(not triton_attention.interpreted(), reason="bf16 is refused only when "
-                    "interpreted; on CUDA it is tested in test_forward_matches_sdpa")
+@pytest.mark.skipif(
+    not triton_attention.interpreted(),
+    reason="bf16 is refused only when "
+    "interpreted; on CUDA it is tested in test_forward_matches_sdpa",
+)
 def test_bf16_is_refused_under_the_interpreter():
     q, k, v = make_qkv((1, 1, 1, 4, 4, 32, False), torch.bfloat16)
     for kernel in (flash_attention_forward, flash_decode):
-        with pytest.raises(ValueError, match=r"bfloat16 is refused under the Triton interpreter "
-                           r"\(TRITON_INTERPRET=1\).*float16 or float32 on the CPU"):
+        with pytest.raises(
+            ValueError,
+            match=r"bfloat16 is refused under the Triton interpreter "
+            r"\(TRITON_INTERPRET=1\).*float16 or float32 on the CPU",
+        ):
             kernel(q[..., :1, :], k, v)
 
 
@@ -95,22 +101,32 @@ def test_bf16_is_refused_under_the_interpreter():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda q, k: flash_attention_forward(q[..., :48], k[..., :48], k[..., :48]),
-         r"head_dim=48 is not supported; the kernels take .* \(pad the head dim"),
-        (lambda q, k: flash_attention_forward(q, k.half(), k.half()),
-         "must share one dtype"),
-        (lambda q, k: flash_attention_forward(q, k[..., :2, :], k[..., :2, :], causal=True),
-         "pass at least as many keys as queries"),
-        (lambda q, k: flash_attention_forward(q, k, k, block_m=24),
-         "block_m=24 must be a power of two >= 16"),
+        (
+            lambda q, k: flash_attention_forward(q[..., :48], k[..., :48], k[..., :48]),
+            r"head_dim=48 is not supported; the kernels take .* \(pad the head dim",
+        ),
+        (lambda q, k: flash_attention_forward(q, k.half(), k.half()), "must share one dtype"),
+        (
+            lambda q, k: flash_attention_forward(q, k[..., :2, :], k[..., :2, :], causal=True),
+            "pass at least as many keys as queries",
+        ),
+        (
+            lambda q, k: flash_attention_forward(q, k, k, block_m=24),
+            "block_m=24 must be a power of two >= 16",
+        ),
         (lambda q, k: flash_decode(q, k, k), "one query per sequence"),
-        (lambda q, k: flash_decode(q[..., :1, :], k, k, num_splits=0),
-         "split the cache into at least 1 partition"),
-        (lambda q, k: flash_attention_forward(q.to(torch.int32), k.to(torch.int32),
-                                              k.to(torch.int32)), "float32, float16, bfloat16"),
+        (
+            lambda q, k: flash_decode(q[..., :1, :], k, k, num_splits=0),
+            "split the cache into at least 1 partition",
+        ),
+        (
+            lambda q, k: flash_attention_forward(
+                q.to(torch.int32), k.to(torch.int32), k.to(torch.int32)
+            ),
+            "float32, float16, bfloat16",
+        ),
     ],
-    ids=["hd48", "mixed-dtypes", "causal-short-kv", "block", "decode-q_len",
-         "splits", "int"],
+    ids=["hd48", "mixed-dtypes", "causal-short-kv", "block", "decode-q_len", "splits", "int"],
 )
 def test_bad_arguments_say_what_to_do(call, message):
     q = torch.randn(1, 4, 3, 64, device=DEVICE)
@@ -133,8 +149,9 @@ def error_in_fresh_process(prelude: str, shape: str, check: str = "") -> str:
         "    print(error)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            env=env, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -142,8 +159,11 @@ def error_in_fresh_process(prelude: str, shape: str, check: str = "") -> str:
 def test_imports_without_triton_and_says_what_to_use():
     """On macOS there is no Triton: the module imports, and the kernels point elsewhere."""
     # `import triton` raises ImportError once sys.modules maps it to None.
-    stdout = error_in_fresh_process("import sys; sys.modules['triton'] = None", "1, 1, 1, 32",
-                                    check="assert not ta.TRITON_AVAILABLE")
+    stdout = error_in_fresh_process(
+        "import sys; sys.modules['triton'] = None",
+        "1, 1, 1, 32",
+        check="assert not ta.TRITON_AVAILABLE",
+    )
     assert "Triton is not installed" in stdout
     assert "llmserve_ref.kernels.flash_attention, the PyTorch reference" in stdout
 
@@ -156,8 +176,11 @@ def test_cpu_without_interpreter_says_to_set_it():
     assert "set TRITON_INTERPRET=1" in error_in_fresh_process("", "1, 1, 4, 32")
 
 
-@given(kv_len=st.integers(1, 100_000), asked=st.integers(1, 64),
-       block_n=st.sampled_from([16, 32, 64, 128]))
+@given(
+    kv_len=st.integers(1, 100_000),
+    asked=st.integers(1, 64),
+    block_n=st.sampled_from([16, 32, 64, 128]),
+)
 def test_split_plan_covers_the_cache_without_empty_partitions(kv_len, asked, block_n):
     split_len, splits = plan_splits(kv_len, asked, block_n)
     assert split_len % block_n == 0

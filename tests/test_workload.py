@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from llmserve_ref.planning.workload import Fixed, LogNormal, Uniform, arrival_times, generate
+from llmserve_ref.planning.workload import Fixed, LogNormal, Uniform, arrival_times, sample_workload
 
 
 def test_the_same_seed_gives_the_same_workload_and_another_seed_another():
     args = (50, 4.0, LogNormal(200, 1.0), Uniform(1, 100))
-    assert generate(*args, seed=3) == generate(*args, seed=3)
-    assert generate(*args, seed=3) != generate(*args, seed=4)
+    assert sample_workload(*args, seed=3) == sample_workload(*args, seed=3)
+    assert sample_workload(*args, seed=3) != sample_workload(*args, seed=4)
 
 
 @pytest.mark.parametrize("burstiness", [0.25, 1.0, 4.0])
@@ -26,7 +26,7 @@ def test_gaps_have_mean_one_over_rate_and_squared_cv_one_over_burstiness(burstin
 
 
 def test_an_infinite_rate_is_an_offline_batch():
-    workload = generate(5, math.inf, Fixed(10), Fixed(3))
+    workload = sample_workload(5, math.inf, Fixed(10), Fixed(3))
     assert [r.arrival_time for r in workload] == [0.0] * 5
 
 
@@ -44,6 +44,6 @@ def test_lengths_stay_in_their_ranges():
 
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="rate and burstiness must be positive"):
-        generate(3, 0.0, Fixed(1), Fixed(1))
+        sample_workload(3, 0.0, Fixed(1), Fixed(1))
     with pytest.raises(ValueError, match="at least one token"):
-        generate(3, 1.0, Fixed(0), Fixed(1))
+        sample_workload(3, 1.0, Fixed(0), Fixed(1))

@@ -21,7 +21,7 @@ from llmserve_ref.planning.capacity import Load, lengths, plan
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
 from llmserve_ref.planning.roofline import VLLM_H100, Efficiency
-from llmserve_ref.planning.simulator import SLO
+from llmserve_ref.planning.slo import SLO
 
 
 def main() -> None:
@@ -31,48 +31,87 @@ def main() -> None:
     parser.add_argument("--weight-dtype", default="bf16")
     parser.add_argument("--kv-dtype", default="bf16")
     parser.add_argument("--rate", type=float, default=50.0, help="average requests per second")
-    parser.add_argument("--peak-rate", type=float, default=None,
-                        help="requests per second to size for (default: the average)")
+    parser.add_argument(
+        "--peak-rate",
+        type=float,
+        default=None,
+        help="requests per second to size for (default: the average)",
+    )
     parser.add_argument("--prompt-len", type=int, default=1000, help="median prompt tokens")
     parser.add_argument("--output-len", type=int, default=200, help="median output tokens")
-    parser.add_argument("--sigma", type=float, default=1.0,
-                        help="spread of log lengths (0: every request the median)")
+    parser.add_argument(
+        "--sigma",
+        type=float,
+        default=1.0,
+        help="spread of log lengths (0: every request the median)",
+    )
     parser.add_argument("--ttft", type=float, default=0.5, help="TTFT target, seconds")
     parser.add_argument("--tpot", type=float, default=0.05, help="TPOT target, seconds")
-    parser.add_argument("--mfu", type=float, default=VLLM_H100.mfu,
-                        help="share of peak FLOP/s prefill reaches (1: the roofline)")
-    parser.add_argument("--mbu", type=float, default=VLLM_H100.mbu,
-                        help="share of memory bandwidth decode reaches (1: the roofline)")
+    parser.add_argument(
+        "--mfu",
+        type=float,
+        default=VLLM_H100.mfu,
+        help="share of peak FLOP/s prefill reaches (1: the roofline)",
+    )
+    parser.add_argument(
+        "--mbu",
+        type=float,
+        default=VLLM_H100.mbu,
+        help="share of memory bandwidth decode reaches (1: the roofline)",
+    )
     parser.add_argument("--gpu-hour", type=float, default=2.50, help="$ per GPU-hour")
     parser.add_argument("--api-input", type=float, default=0.20, help="API $ per M input tokens")
-    parser.add_argument("--api-output", type=float, default=0.60,
-                        help="API $ per M output tokens")
+    parser.add_argument("--api-output", type=float, default=0.60, help="API $ per M output tokens")
     args = parser.parse_args()
 
     m, g = model(args.model), gpu(args.gpu)
-    load = Load(args.rate, lengths(args.prompt_len, args.sigma), lengths(args.output_len,
-                                                                        args.sigma))
+    load = Load(
+        args.rate, lengths(args.prompt_len, args.sigma), lengths(args.output_len, args.sigma)
+    )
     slo = SLO(ttft=args.ttft, tpot=args.tpot)
-    p = plan(m, g, load, slo, gpu_hour_price=args.gpu_hour,
-             api_price_per_million=(args.api_input, args.api_output), peak_rate=args.peak_rate,
-             efficiency=Efficiency(args.mfu, args.mbu),
-             weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype)
-    print(f"{m.name} ({args.weight_dtype} weights, {args.kv_dtype} KV) on {g.name}, "
-          f"at MFU {args.mfu:g} and MBU {args.mbu:g}")
-    print(f"load: {p.rate:g} requests/s on average, {p.peak_rate:g} at the peak; median prompt "
-          f"{args.prompt_len}, median output {args.output_len} tokens; targets TTFT "
-          f"{args.ttft:g} s, TPOT {args.tpot * 1e3:g} ms")
+    p = plan(
+        m,
+        g,
+        load,
+        slo,
+        gpu_hour_price=args.gpu_hour,
+        api_price_per_million=(args.api_input, args.api_output),
+        peak_rate=args.peak_rate,
+        efficiency=Efficiency(args.mfu, args.mbu),
+        weight_dtype=args.weight_dtype,
+        kv_dtype=args.kv_dtype,
+    )
+    print(
+        f"{m.name} ({args.weight_dtype} weights, {args.kv_dtype} KV) on {g.name}, "
+        f"at MFU {args.mfu:g} and MBU {args.mbu:g}"
+    )
+    print(
+        f"load: {p.rate:g} requests/s on average, {p.peak_rate:g} at the peak; median prompt "
+        f"{args.prompt_len}, median output {args.output_len} tokens; targets TTFT "
+        f"{args.ttft:g} s, TPOT {args.tpot * 1e3:g} ms"
+    )
     print(f"one GPU sustains {p.sustainable_rate_per_gpu:.1f} requests/s with 90% in target")
-    print(f"GPUs: {p.gpus_for_throughput} for throughput, {p.gpus_for_memory} for KV memory "
-          f"-> {p.gpus}, {p.utilization:.0%} busy on average")
-    print(f"cost: ${p.dollars_per_hour:,.2f}/hour at ${args.gpu_hour:.2f}/GPU-hour, "
-          f"${p.cost_per_million_output_tokens:.3f} per million output tokens")
-    print(f"API at ${args.api_input:.2f}/${args.api_output:.2f} per M input/output tokens: "
-          f"${p.api_dollars_per_hour:,.2f}/hour for this load")
-    verdict = ("self-hosting is cheaper above it" if p.breakeven_utilization < 1
-               else "one GPU cannot serve that much: the API is cheaper at this price")
-    print(f"break-even: {p.breakeven_rate:.2f} requests/s per GPU on average "
-          f"({p.breakeven_utilization:.1%} busy); {verdict}")
+    print(
+        f"GPUs: {p.gpus_for_throughput} for throughput, {p.gpus_for_memory} for KV memory "
+        f"-> {p.gpus}, {p.utilization:.0%} busy on average"
+    )
+    print(
+        f"cost: ${p.dollars_per_hour:,.2f}/hour at ${args.gpu_hour:.2f}/GPU-hour, "
+        f"${p.cost_per_million_output_tokens:.3f} per million output tokens"
+    )
+    print(
+        f"API at ${args.api_input:.2f}/${args.api_output:.2f} per M input/output tokens: "
+        f"${p.api_dollars_per_hour:,.2f}/hour for this load"
+    )
+    verdict = (
+        "self-hosting is cheaper above it"
+        if p.breakeven_utilization < 1
+        else "one GPU cannot serve that much: the API is cheaper at this price"
+    )
+    print(
+        f"break-even: {p.breakeven_rate:.2f} requests/s per GPU on average "
+        f"({p.breakeven_utilization:.1%} busy); {verdict}"
+    )
 
 
 if __name__ == "__main__":

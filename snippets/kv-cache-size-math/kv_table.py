@@ -17,7 +17,7 @@ from pathlib import Path
 from llmserve_ref.planning.hardware import GPUS, gpu
 from llmserve_ref.planning.kv_math import (
     DTYPE_BITS,
-    ModelConfig,
+    ModelShape,
     format_bytes,
     from_hf_config,
     kv_bytes_per_batch,
@@ -32,7 +32,7 @@ from llmserve_ref.planning.model_catalog import match_config
 
 
 def kv_table(
-    cfg: ModelConfig,
+    cfg: ModelShape,
     context: int,
     batch: int,
     kv_dtypes: list[str],

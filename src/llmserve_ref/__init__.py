@@ -2,6 +2,178 @@
 
 Every module is one concept from LLM inference and serving, written to be read,
 and every page of the site shows code from here.
+
+The module map. The package is layered, kernels/ < model/ < engine/ < planning/ <
+serving/, with device.py under all of them and cli.py above: a module imports only from
+its own layer or a lower one (tests/test_layers.py checks it). Each entry says what the
+module is and names the pages that use it, ``stage-N/page`` for docs/stage-N/page.md (a
+page uses a module when it includes a section of it or imports from it);
+tests/test_module_map.py keeps the list complete and current.
+
+device.py, under every layer:
+
+* ``device``: the torch device examples, snippets and tests run on.
+  Pages: stage-1/tokens-and-the-generation-loop, stage-2/attention, stage-2/sampling-and-decoding,
+  stage-3/kv-cache, stage-4/prefill-vs-decode, stage-5/memory-vs-compute-bound, stage-5/mqa-and-gqa,
+  stage-6/flashattention, stage-6/quantization, stage-6/speculative-decoding,
+  stage-7/pagedattention, stage-8/paged-kv-allocator, stage-8/prefix-caching.
+
+kernels/, attention as functions on tensors (PyTorch references, Triton kernels):
+
+* ``kernels.flash_attention``: FlashAttention in plain PyTorch: tiles and the online softmax.
+  Pages: stage-6/flashattention, stage-7/pagedattention.
+* ``kernels.grouped_attention``: the tiny model's attention: causal, grouped-query, no K/V copy.
+  Pages: stage-2/attention, stage-6/tensor-and-pipeline-parallelism, stage-7/pagedattention.
+* ``kernels.paged_attention``: PagedAttention: attention over K/V kept in fixed-size blocks.
+  Pages: stage-7/pagedattention.
+* ``kernels.triton_attention``: FlashAttention in Triton: prefill, and split-KV decode.
+  Pages: stage-6/flashattention, stage-7/pagedattention.
+* ``kernels.triton_paged_attention``: paged decode attention in Triton, blocks read in place.
+  Pages: stage-7/pagedattention.
+
+model/, the tiny Llama and what runs one sequence on it:
+
+* ``model.attention_probe``: reads one layer's queries, keys, values and attention weights.
+  Pages: stage-2/attention.
+* ``model.chat_template``: chat messages to the one token sequence the model continues.
+  Pages: stage-8/prefix-caching.
+* ``model.corpus``: the tiny models' training text, written by a seeded story generator.
+  Pages: stage-5/mqa-and-gqa, stage-6/quantization.
+* ``model.detokenizer``: token ids to the text a client may see, one token at a time.
+  Pages: stage-6/streaming.
+* ``model.forward_step``: one forward pass of new tokens after cached ones, ready to time.
+  Pages: stage-3/kv-cache, stage-4/prefill-vs-decode, stage-5/memory-vs-compute-bound.
+* ``model.generate``: the generation loop: prefill the prompt once, then decode one token per step.
+  Pages: stage-1/tokens-and-the-generation-loop, stage-2/sampling-and-decoding, stage-3/kv-cache,
+  stage-4/prefill-vs-decode, stage-6/quantization, stage-6/speculative-decoding,
+  stage-7/pagedattention, stage-8/paged-kv-allocator.
+* ``model.gqa``: multi-head to grouped-query attention: mean-pool K/V heads, uptrain.
+  Pages: stage-5/mqa-and-gqa.
+* ``model.kv_cache``: the KV cache of one batch: every layer's keys and values, kept.
+  Pages: stage-2/attention, stage-3/kv-cache, stage-4/kv-cache-size-math, stage-6/quantization,
+  stage-6/speculative-decoding.
+* ``model.llama``: the tiny Llama: RMSNorm, RoPE, attention, MLP, decoder layers.
+  Pages: stage-1/tokens-and-the-generation-loop, stage-2/attention, stage-3/kv-cache,
+  stage-4/prefill-vs-decode, stage-5/memory-vs-compute-bound, stage-5/mqa-and-gqa,
+  stage-6/speculative-decoding, stage-6/tensor-and-pipeline-parallelism, stage-7/pagedattention,
+  stage-8/prefix-caching.
+* ``model.parallel``: tensor and pipeline parallelism across processes (torch.distributed).
+  Pages: stage-6/tensor-and-pipeline-parallelism.
+* ``model.quantization``: weights and the KV cache in fewer bits, and computing with them.
+  Pages: stage-6/quantization.
+* ``model.sampling``: samplers: how next-token logits become the next token.
+  Pages: stage-1/tokens-and-the-generation-loop, stage-2/sampling-and-decoding, stage-3/kv-cache,
+  stage-4/prefill-vs-decode, stage-6/quantization, stage-6/speculative-decoding,
+  stage-7/pagedattention, stage-8/paged-kv-allocator, stage-8/prefix-caching.
+* ``model.tokenizer``: byte-level BPE: text to token ids and back.
+  Pages: stage-3/run-a-model-locally, stage-6/streaming, stage-9/running-a-serving-engine.
+* ``model.train``: retrains the tiny target and draft models from nothing, reproducibly.
+  Pages: stage-5/mqa-and-gqa, stage-6/quantization.
+* ``model.weights``: the two tiny trained models shipped: a target and its draft.
+  Pages: stage-1/tokens-and-the-generation-loop, stage-2/attention, stage-2/sampling-and-decoding,
+  stage-3/kv-cache, stage-3/run-a-model-locally, stage-4/prefill-vs-decode, stage-5/mqa-and-gqa,
+  stage-6/quantization, stage-6/speculative-decoding, stage-7/pagedattention,
+  stage-8/paged-kv-allocator, stage-8/prefix-caching, stage-9/running-a-serving-engine.
+
+engine/, many requests on one model:
+
+* ``engine.batched_engine``: the serving engine: continuous batching on paged KV.
+  Pages: stage-6/streaming, stage-8/prefix-caching, stage-9/running-a-serving-engine.
+* ``engine.block_manager``: the paged KV allocator: block tables, refcounts, prefix cache.
+  Pages: stage-7/pagedattention, stage-7/scheduler-simulator, stage-8/paged-kv-allocator,
+  stage-8/prefix-caching.
+* ``engine.core_worker``: the engine core's loop in its own process or thread.
+  Pages: none.
+* ``engine.engine_core``: the engine core: continuous batching on paged KV, one step at a time.
+  Pages: stage-7/pagedattention, stage-8/paged-kv-allocator, stage-8/prefix-caching.
+* ``engine.interface``: what the HTTP server needs from any engine.
+  Pages: stage-6/streaming, stage-9/running-a-serving-engine.
+* ``engine.kv_storage``: the tensors a paged KV cache lives in, indexed by block id.
+  Pages: stage-7/pagedattention.
+* ``engine.loop_engine``: the first engine: one worker thread, one forward pass per request.
+  Pages: none.
+* ``engine.model_runner``: one forward pass over every scheduled token, on paged KV.
+  Pages: stage-7/pagedattention.
+* ``engine.scheduler``: the batching scheduler: token budget, chunked prefill, preemption.
+  Pages: stage-5/ttft-tpot-throughput, stage-7/pagedattention, stage-7/pd-disaggregation,
+  stage-7/scheduler-simulator, stage-8/paged-kv-allocator, stage-8/prefix-caching.
+* ``engine.speculative``: speculative decoding: a draft guesses, the target checks at once.
+  Pages: stage-6/speculative-decoding.
+
+planning/, numbers before hardware:
+
+* ``planning.capacity``: GPUs for a load under an SLO, cost per token, API break-even.
+  Pages: stage-5/ttft-tpot-throughput, stage-6/static-vs-continuous-batching,
+  stage-7/cost-and-capacity-planning, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
+* ``planning.fragmentation``: KV memory held versus used: what reserving wastes.
+  Pages: stage-7/pagedattention.
+* ``planning.hardware``: the accelerators the pages reason about, each number with its source.
+  Pages: stage-3/kv-cache, stage-4/kv-cache-size-math, stage-4/prefill-vs-decode,
+  stage-5/memory-vs-compute-bound, stage-5/ttft-tpot-throughput, stage-6/quantization,
+  stage-6/speculative-decoding, stage-6/static-vs-continuous-batching,
+  stage-6/tensor-and-pipeline-parallelism, stage-7/cost-and-capacity-planning,
+  stage-7/pagedattention, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
+* ``planning.kv_math``: the bytes a model's keys and values take, and how many requests fit.
+  Pages: stage-3/kv-cache, stage-4/kv-cache-size-math, stage-4/prefill-vs-decode,
+  stage-5/memory-vs-compute-bound, stage-5/mqa-and-gqa, stage-6/tensor-and-pipeline-parallelism,
+  stage-7/pagedattention, stage-7/pd-disaggregation, stage-7/scheduler-simulator,
+  stage-9/running-a-serving-engine.
+* ``planning.measure``: this machine's measured roof, and how close decoding gets.
+  Pages: stage-1/tokens-and-the-generation-loop, stage-2/attention, stage-2/sampling-and-decoding,
+  stage-3/kv-cache, stage-4/prefill-vs-decode, stage-5/memory-vs-compute-bound, stage-5/mqa-and-gqa,
+  stage-6/quantization, stage-6/speculative-decoding, stage-8/prefix-caching.
+* ``planning.model_catalog``: published models the pages compute with, from their `config.json`.
+  Pages: stage-1/tokens-and-the-generation-loop, stage-2/sampling-and-decoding, stage-3/kv-cache,
+  stage-4/kv-cache-size-math, stage-4/prefill-vs-decode, stage-5/memory-vs-compute-bound,
+  stage-5/mqa-and-gqa, stage-5/ttft-tpot-throughput, stage-6/flashattention, stage-6/quantization,
+  stage-6/speculative-decoding, stage-6/static-vs-continuous-batching,
+  stage-6/tensor-and-pipeline-parallelism, stage-7/cost-and-capacity-planning,
+  stage-7/pagedattention, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
+* ``planning.phases``: prefill, decode and decode without a cache, as forward passes to time.
+  Pages: stage-3/kv-cache, stage-4/prefill-vs-decode.
+* ``planning.roofline``: the roofline: is a step bound by memory bandwidth or by arithmetic?
+  Pages: stage-3/kv-cache, stage-4/prefill-vs-decode, stage-5/memory-vs-compute-bound,
+  stage-6/quantization, stage-6/speculative-decoding, stage-6/static-vs-continuous-batching,
+  stage-7/cost-and-capacity-planning, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
+* ``planning.simulator``: a discrete-step serving simulator: scheduler plus step-time model.
+  Pages: stage-5/ttft-tpot-throughput, stage-6/static-vs-continuous-batching,
+  stage-7/cost-and-capacity-planning, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
+* ``planning.slo``: latency targets (TTFT, TPOT, E2E) that decide goodput.
+  Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint,
+  stage-7/cost-and-capacity-planning, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
+* ``planning.workload``: synthetic workloads: arrival times and lengths, from a seed.
+  Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint,
+  stage-6/static-vs-continuous-batching, stage-7/cost-and-capacity-planning, stage-7/pagedattention,
+  stage-7/pd-disaggregation, stage-7/scheduler-simulator, stage-9/running-a-serving-engine.
+
+serving/, the HTTP face:
+
+* ``serving.bench_client``: a benchmark client for OpenAI-compatible streaming endpoints.
+  Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint,
+  stage-6/static-vs-continuous-batching, stage-9/running-a-serving-engine.
+* ``serving.bench_metrics``: benchmark numbers (TTFT, TPOT, ITL, goodput) from request timelines.
+  Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint.
+* ``serving.fake_server``: a server with known latencies, to check a benchmark client.
+  Pages: stage-6/benchmark-an-endpoint.
+* ``serving.gguf_export``: exports the tiny model to GGUF for llama.cpp and Ollama.
+  Pages: stage-3/run-a-model-locally.
+* ``serving.limits``: what one request may ask of the server, checked up front.
+  Pages: stage-9/running-a-serving-engine.
+* ``serving.metrics``: the server's Prometheus metrics in the text format.
+  Pages: none.
+* ``serving.openai_protocol``: the OpenAI API on the wire: requests, chunks, error bodies.
+  Pages: stage-9/running-a-serving-engine.
+* ``serving.openapi``: the server's OpenAPI 3.1 document (GET /openapi.json).
+  Pages: none.
+* ``serving.server``: the OpenAI-compatible HTTP server, in front of an `Engine`.
+  Pages: stage-3/run-a-model-locally, stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint,
+  stage-6/static-vs-continuous-batching, stage-6/streaming, stage-8/prefix-caching,
+  stage-9/running-a-serving-engine.
+
+cli.py, above every layer:
+
+* ``cli``: the `llmserve-ref` command and its subcommands.
+  Pages: stage-9/running-a-serving-engine.
 """
 
 __version__ = "0.1.0"

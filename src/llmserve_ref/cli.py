@@ -10,9 +10,11 @@
     llmserve-ref bench [--base-url URL] [--concurrency N | --request-rate R] ...
 
 A subcommand's function adds an argparse subparser and sets ``run`` to the
-function that does the work; `main` parses and calls it. The work functions
-import their module when they run, so one subcommand's dependencies (the
-server's uvicorn, say) are not needed by another.
+function that does the work; `main` parses and calls it. Only the standard library
+is imported at the top: a subcommand's parser imports the settings classes whose
+defaults it offers, and its work function the module that does the work, when they
+run. So ``import llmserve_ref.cli`` loads no torch, and one subcommand's
+dependencies (the server's uvicorn, say) are not needed by another.
 
 >>> parser = build_parser()
 >>> args = parser.parse_args(["serve", "--port", "0"])
@@ -30,17 +32,28 @@ import json
 import os
 import re
 import sys
+from typing import TYPE_CHECKING
 
-from llmserve_ref.engine.batched_engine import EngineConfig
-from llmserve_ref.model.weights import MODEL_DIRS
-from llmserve_ref.serving.limits import Limits
+if TYPE_CHECKING:
+    from llmserve_ref.engine.batched_engine import EngineConfig
+    from llmserve_ref.serving.limits import Limits
 
-# vLLM's reading of a size: an uppercase suffix is binary, a lowercase one decimal; the
-# IEC spellings (KiB, MiB, GiB) are taken too, and are always binary.
-UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-UNITS |= {u.upper(): 2 ** (10 * i) for i, u in enumerate("kmgt", start=1)}
-UNITS |= {f"{u.upper()}iB": 2 ** (10 * i) for i, u in enumerate("kmgt", start=1)}
 SIZE = re.compile(r"(\d+(?:\.\d+)?)([A-Za-z]*)")
+
+
+def size_suffixes() -> dict[str, int]:
+    """vLLM's reading of a size's suffix: an uppercase letter is binary (``G``), a
+    lowercase one decimal (``g``), and the IEC names (``GiB``) are always binary.
+
+    >>> size_suffixes()["G"], size_suffixes()["g"], size_suffixes()["GiB"]
+    (1073741824, 1000000000, 1073741824)
+    """
+    from llmserve_ref.planning.kv_math import UNITS  # "B", "KiB", ...: the binary units
+
+    suffixes = {"": 1}
+    for power, unit in enumerate(UNITS[1:], start=1):
+        suffixes |= {unit: 1024**power, unit[0]: 1024**power, unit[0].lower(): 1000**power}
+    return suffixes
 
 
 def memory_bytes(text: str) -> int:
@@ -50,12 +63,12 @@ def memory_bytes(text: str) -> int:
     >>> memory_bytes("64M"), memory_bytes("64m"), memory_bytes("64MiB"), memory_bytes("25.6k")
     (67108864, 64000000, 67108864, 25600)
     """
-    match = SIZE.fullmatch(text.strip())
-    if match is None or match[2] not in UNITS:
+    match, suffixes = SIZE.fullmatch(text.strip()), size_suffixes()
+    if match is None or match[2] not in suffixes:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a byte count (try 67108864, 64M or 64MiB; 64m is decimal)"
         )
-    return int(float(match[1]) * UNITS[match[2]])
+    return int(float(match[1]) * suffixes[match[2]])
 
 
 def origins(text: str) -> list[str]:
@@ -76,6 +89,10 @@ def origins(text: str) -> list[str]:
 
 
 def add_serve(commands: argparse._SubParsersAction) -> None:
+    from llmserve_ref.engine.batched_engine import EngineConfig
+    from llmserve_ref.model.weights import MODEL_DIRS
+    from llmserve_ref.serving.limits import Limits
+
     parser = commands.add_parser("serve", help="serve a tiny model over the OpenAI API")
     parser.add_argument(
         "--model",
@@ -155,6 +172,9 @@ def add_serve(commands: argparse._SubParsersAction) -> None:
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """The batched engine's settings from ``serve``'s flags."""
+    from llmserve_ref.engine.batched_engine import EngineConfig
+
     return EngineConfig(
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
@@ -166,6 +186,9 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 
 def server_limits(args: argparse.Namespace) -> Limits:
+    """The server's limits from ``serve``'s flags."""
+    from llmserve_ref.serving.limits import Limits
+
     return Limits(
         max_request_bytes=args.max_request_bytes,
         max_stop_strings=args.max_stop_strings,

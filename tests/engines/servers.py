@@ -28,10 +28,11 @@ from pathlib import Path
 
 import httpx
 
+from llmserve_ref.model.weights import TARGET_DIR
 from llmserve_ref.serving.gguf_export import export
 
-ROOT = Path(__file__).resolve().parents[2]
-MODEL_DIR = ROOT / "src" / "llmserve_ref" / "data" / "models" / "target"
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+MODEL_DIR = TARGET_DIR
 MODEL_NAME = "tiny"  # what clients put in "model", on both servers
 # Prompts every engine must continue as our model does, greedily, token for token.
 PROMPTS = [

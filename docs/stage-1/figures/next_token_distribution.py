@@ -28,6 +28,7 @@ def figure() -> Figure:
         ax.invert_yaxis()
         ax.set_xlabel("probability of the next token")
         ax.set_title(f"“{prompt} …”\ntop {TOP} hold {float(top.values.sum()):.0%}", fontsize=9)
-    fig.suptitle(f"The tiny target model's next token ({tokenizer.vocab_size} tokens in all)",
-                 fontsize=10)
+    fig.suptitle(
+        f"The tiny target model's next token ({tokenizer.vocab_size} tokens in all)", fontsize=10
+    )
     return fig

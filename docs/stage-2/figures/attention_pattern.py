@@ -31,6 +31,7 @@ def figure() -> Figure:
         ax.set_ylabel("query (the token attending)")
         ax.set_title(f"layer {layer}, head {head}", fontsize=9)
     fig.colorbar(image, ax=axes, shrink=0.7, label="attention weight")
-    fig.suptitle("Each row sums to 1; everything right of the diagonal is masked (weight 0)",
-                 fontsize=10)
+    fig.suptitle(
+        "Each row sums to 1; everything right of the diagonal is masked (weight 0)", fontsize=10
+    )
     return fig

@@ -22,9 +22,7 @@ def measure(contexts=CONTEXTS, rounds: int = 5) -> dict[str, dict[int, float]]:
     threads = 1 if device.type == "cpu" else torch.get_num_threads()
     with torch_threads(threads):
         seconds = interleaved(steps, rounds, device)
-    return {
-        way: {c: seconds[f"{way} {c}"] for c in contexts} for way in ("cache", "recompute")
-    }
+    return {way: {c: seconds[f"{way} {c}"] for c in contexts} for way in ("cache", "recompute")}
 
 
 def plot(seconds: dict[str, dict[int, float]]) -> Figure:
@@ -33,8 +31,9 @@ def plot(seconds: dict[str, dict[int, float]]) -> Figure:
     labels = {"recompute": "no cache: recompute the whole prefix", "cache": "KV cache: one token"}
     for way, marker in (("recompute", "s"), ("cache", "o")):
         contexts = list(seconds[way])
-        ax.plot(contexts, [seconds[way][c] * 1e3 for c in contexts], marker=marker,
-                label=labels[way])
+        ax.plot(
+            contexts, [seconds[way][c] * 1e3 for c in contexts], marker=marker, label=labels[way]
+        )
     ax.set_xlabel("tokens already in the sequence (context)")
     ax.set_ylabel("ms per new token (median)")
     ax.set_yscale("log")

@@ -16,8 +16,10 @@ ATTENTION = {"repeated": repeated_kv_attention, "shared": shared_kv_attention}
 def attention_step(attend, kv_heads, generator, device):
     """One decode step's attention over all layers, with random queries and cache contents."""
     q = torch.randn(BATCH, HEADS, 1, HEAD_DIM, generator=generator).to(device)
-    caches = [torch.randn(2, BATCH, kv_heads, CONTEXT, HEAD_DIM, generator=generator).to(device)
-              for _ in range(LAYERS)]
+    caches = [
+        torch.randn(2, BATCH, kv_heads, CONTEXT, HEAD_DIM, generator=generator).to(device)
+        for _ in range(LAYERS)
+    ]
     return lambda: [attend(q, k, v) for k, v in caches]
 
 
@@ -51,18 +53,25 @@ def plot(seconds: dict[str, dict[int, float]]) -> Figure:
     left.set_ylabel("MiB")
     left.set_title("KV cache read per decode step")
     width = 0.4
-    for i, (name, label) in enumerate((("repeated", "copy per query head (repeat_kv)"),
-                                       ("shared", "shared read"))):
-        right.bar([p + (i - 0.5) * width for p in x],
-                  [seconds[name][h] * 1e3 for h in KV_HEADS], width, label=label)
+    for i, (name, label) in enumerate(
+        (("repeated", "copy per query head (repeat_kv)"), ("shared", "shared read"))
+    ):
+        right.bar(
+            [p + (i - 0.5) * width for p in x],
+            [seconds[name][h] * 1e3 for h in KV_HEADS],
+            width,
+            label=label,
+        )
     right.set_ylabel("ms (median)")
     right.set_title("attention time of that step")
     right.legend(fontsize=8)
     for ax in (left, right):
         ax.set_xticks(list(x), labels)
         ax.set_xlabel("K/V heads (8 query heads)")
-    fig.suptitle(f"Batch {BATCH}, {CONTEXT} cached tokens, {LAYERS} layers; "
-                 f"measured on {get_device().type} when this page was built")
+    fig.suptitle(
+        f"Batch {BATCH}, {CONTEXT} cached tokens, {LAYERS} layers; "
+        f"measured on {get_device().type} when this page was built"
+    )
     return fig
 
 

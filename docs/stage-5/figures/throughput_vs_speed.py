@@ -7,7 +7,7 @@ from llmserve_ref.planning.capacity import instance_pool
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
 from llmserve_ref.planning.simulator import SimResult, simulate
-from llmserve_ref.planning.workload import Fixed, generate
+from llmserve_ref.planning.workload import Fixed, sample_workload
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 PROMPT, OUTPUT = 512, 256
@@ -17,7 +17,7 @@ def run(concurrency: int) -> SimResult:
     """`concurrency` users in a closed loop: every request waiting at t=0, at most
     `concurrency` running at once (the scheduler's max_num_seqs), four rounds."""
     pool = instance_pool(model("Llama-3.1-8B"), gpu("H100-SXM"), max_num_seqs=concurrency)
-    workload = generate(4 * concurrency, float("inf"), Fixed(PROMPT), Fixed(OUTPUT))
+    workload = sample_workload(4 * concurrency, float("inf"), Fixed(PROMPT), Fixed(OUTPUT))
     return simulate(workload, pool)
 
 

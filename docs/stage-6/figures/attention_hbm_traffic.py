@@ -11,8 +11,10 @@ def figure() -> Figure:
     """Causal prefill of one sequence, bf16; every count from `kernels.flash_attention`."""
     cfg = model("Llama-3.1-8B").config
     contexts = [2**k for k in range(10, 18)]  # 1k ... 128k tokens
-    shapes = [AttentionShape(1, cfg.num_attention_heads, cfg.num_kv_heads, n, n, cfg.head_dim)
-              for n in contexts]
+    shapes = [
+        AttentionShape(1, cfg.num_attention_heads, cfg.num_kv_heads, n, n, cfg.head_dim)
+        for n in contexts
+    ]
     curves = {
         "standard attention (N x N scores through HBM)": [naive_hbm_bytes(s) for s in shapes],
         "FlashAttention, 128-query tiles, no L2 reuse": [tiled_hbm_bytes(s, 128) for s in shapes],

@@ -8,19 +8,25 @@ from llmserve_ref.planning.capacity import instance_pool
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
 from llmserve_ref.planning.simulator import simulate
-from llmserve_ref.planning.workload import LogNormal, generate
+from llmserve_ref.planning.workload import LogNormal, sample_workload
 
 SIGMAS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25)
 
 
 def throughputs(sigma: float, num_requests: int = 600) -> dict[str, float]:
     """Output tokens/s of both policies: prompts ~512, outputs of median 128 and spread sigma."""
-    workload = generate(num_requests, float("inf"), LogNormal(512, 0.5, high=4096),
-                        LogNormal(128, sigma, low=1, high=4096), seed=0)
+    workload = sample_workload(
+        num_requests,
+        float("inf"),
+        LogNormal(512, 0.5, high=4096),
+        LogNormal(128, sigma, low=1, high=4096),
+        seed=0,
+    )
     pool = instance_pool(model("Llama-3.1-8B"), gpu("H100-SXM"))
     return {
-        batching: simulate(workload, replace(pool, config=replace(pool.config,
-                                                                  batching=batching))).throughput()
+        batching: simulate(
+            workload, replace(pool, config=replace(pool.config, batching=batching))
+        ).throughput()
         for batching in ("static", "continuous")
     }
 
@@ -39,6 +45,7 @@ def figure() -> Figure:
     right.set_xlabel("sigma of log output length")
     right.set_ylabel("continuous / static throughput")
     right.set_ylim(bottom=1)
-    fig.suptitle("Llama-3.1-8B, 600 requests at once, same memory and max_num_seqs (256)",
-                 fontsize=10)
+    fig.suptitle(
+        "Llama-3.1-8B, 600 requests at once, same memory and max_num_seqs (256)", fontsize=10
+    )
     return fig

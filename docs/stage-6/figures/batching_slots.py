@@ -8,19 +8,23 @@ from llmserve_ref.planning.capacity import instance_pool
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
 from llmserve_ref.planning.simulator import SimResult, simulate
-from llmserve_ref.planning.workload import LogNormal, generate
+from llmserve_ref.planning.workload import LogNormal, sample_workload
 
 SLOTS = 8
-WORKLOAD = generate(24, float("inf"), LogNormal(256, 0.5), LogNormal(40, 0.8, high=200), seed=3)
+WORKLOAD = sample_workload(
+    24, float("inf"), LogNormal(256, 0.5), LogNormal(40, 0.8, high=200), seed=3
+)
 
 
 def runs() -> dict[str, SimResult]:
     """The same 24 requests, 8 at a time, on Llama-3.1-8B and one H100."""
     pool = instance_pool(model("Llama-3.1-8B"), gpu("H100-SXM"), max_num_seqs=SLOTS)
     return {
-        batching: simulate(WORKLOAD, replace(pool, config=replace(pool.config,
-                                                                  batching=batching)),
-                           record_steps=True)
+        batching: simulate(
+            WORKLOAD,
+            replace(pool, config=replace(pool.config, batching=batching)),
+            record_steps=True,
+        )
         for batching in ("static", "continuous")
     }
 
@@ -47,11 +51,20 @@ def figure() -> Figure:
     colors = [f"C{i}" for i in range(10)]
     for ax, (batching, result) in zip(axes, results.items(), strict=True):
         for slot, first, last, request_id in slot_rows(result):
-            ax.barh(slot, last - first + 1, left=first, height=0.8,
-                    color=colors[int(request_id) % 10], edgecolor="white", linewidth=0.3)
+            ax.barh(
+                slot,
+                last - first + 1,
+                left=first,
+                height=0.8,
+                color=colors[int(request_id) % 10],
+                edgecolor="white",
+                linewidth=0.3,
+            )
         ax.set_yticks(range(SLOTS))
         ax.set_ylabel("batch slot")
-        ax.set_title(f"{batching}: {result.num_steps} steps for the same 24 requests "
-                     "(white: idle slot)", fontsize=10)
+        ax.set_title(
+            f"{batching}: {result.num_steps} steps for the same 24 requests (white: idle slot)",
+            fontsize=10,
+        )
     axes[-1].set_xlabel("step")
     return fig

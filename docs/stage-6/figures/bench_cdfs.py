@@ -11,8 +11,14 @@ from llmserve_ref.serving.server import serve_in_thread
 def figure() -> Figure:
     """CDFs of TTFT, TPOT, ITL and E2E: 4 users, 8 requests of 16 tokens, after warm-up."""
     with serve_in_thread("tiny") as server:
-        config = BenchConfig(server.url, concurrency=4, num_requests=8, prompt_len=Fixed(32),
-                             output_len=Fixed(16), warmup=4)
+        config = BenchConfig(
+            server.url,
+            concurrency=4,
+            num_requests=8,
+            prompt_len=Fixed(32),
+            output_len=Fixed(16),
+            warmup=4,
+        )
         result = run(config)
     fig = plot_cdfs(result.records)
     fig.suptitle("Our server, tiny model on this machine's CPU, 4 concurrent users", fontsize=11)

@@ -28,19 +28,34 @@ def figure() -> Figure:
     fig = Figure(figsize=(9.5, 4.0), layout="constrained")
     left, right = fig.subplots(1, 2)
     for alpha in ALPHAS:
-        left.plot(GAMMAS, [expected_tokens_per_forward(alpha, g) for g in GAMMAS], "o-",
-                  markersize=3, label=f"α = {alpha}")
+        left.plot(
+            GAMMAS,
+            [expected_tokens_per_forward(alpha, g) for g in GAMMAS],
+            "o-",
+            markersize=3,
+            label=f"α = {alpha}",
+        )
     left.plot(GAMMAS, [g + 1 for g in GAMMAS], "k:", label="α = 1 (γ + 1)")
     left.set_xlabel("γ (draft tokens per round)")
     left.set_ylabel("expected tokens per target forward")
     left.set_title("Tokens per target forward")
     left.legend(fontsize=8, loc="upper left")
     for c in COST_RATIOS:
-        right.plot(GAMMAS, [expected_speedup(ALPHA, g, c) for g in GAMMAS], "o-", markersize=3,
-                   label=f"c = {c}, memory-bound target (v = 1)")
-    right.plot(GAMMAS, [expected_speedup(ALPHA, g, 0.02, verify_cost(g, 256, 200)) for g in GAMMAS],
-               "s--", markersize=3, color="black",
-               label="c = 0.02, v from the roofline: Llama-3.1-8B,\nH100, batch 256, context 200")
+        right.plot(
+            GAMMAS,
+            [expected_speedup(ALPHA, g, c) for g in GAMMAS],
+            "o-",
+            markersize=3,
+            label=f"c = {c}, memory-bound target (v = 1)",
+        )
+    right.plot(
+        GAMMAS,
+        [expected_speedup(ALPHA, g, 0.02, verify_cost(g, 256, 200)) for g in GAMMAS],
+        "s--",
+        markersize=3,
+        color="black",
+        label="c = 0.02, v from the roofline: Llama-3.1-8B,\nH100, batch 256, context 200",
+    )
     right.axhline(1.0, color="black", linewidth=0.8)
     right.set_xlabel("γ (draft tokens per round)")
     right.set_ylabel("expected speedup over target-only decoding")

@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from llmserve_ref.planning.capacity import Load, Plan, lengths, plan
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
-from llmserve_ref.planning.simulator import SLO
+from llmserve_ref.planning.slo import SLO
 
 API_SCALES = (0.25, 0.5, 1.0, 2.0)  # multiples of the example API prices
 GPU_HOUR_PRICES = (1.50, 2.50, 4.00)  # example $ per GPU-hour

@@ -7,19 +7,21 @@ from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
 from llmserve_ref.planning.roofline import VLLM_H100
 from llmserve_ref.planning.simulator import simulate
-from llmserve_ref.planning.workload import LogNormal, generate
+from llmserve_ref.planning.workload import LogNormal, sample_workload
 
 BUDGETS = (256, 512, 1024, 2048, 4096, 8192)
 
 
 def sweep() -> dict[int, tuple[float, float, float]]:
     """token budget: (output tokens/s, p90 TTFT s, p90 TPOT s), 1,000 requests at 22.5/s."""
-    workload = generate(1000, 22.5, LogNormal(1024, 1.0, high=8000),
-                        LogNormal(128, 1.0, high=2048), seed=0)
+    workload = sample_workload(
+        1000, 22.5, LogNormal(1024, 1.0, high=8000), LogNormal(128, 1.0, high=2048), seed=0
+    )
     rows = {}
     for budget in BUDGETS:
-        pool = instance_pool(model("Llama-3.1-8B"), gpu("H100-SXM"), token_budget=budget,
-                             efficiency=VLLM_H100)
+        pool = instance_pool(
+            model("Llama-3.1-8B"), gpu("H100-SXM"), token_budget=budget, efficiency=VLLM_H100
+        )
         r = simulate(workload, pool)
         rows[budget] = (r.throughput(), r.percentile("ttft", 90), r.percentile("tpot", 90))
     return rows

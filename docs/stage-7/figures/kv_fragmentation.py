@@ -11,7 +11,7 @@ BLOCK_SIZES = (8, 16, 32, 128)
 def measure() -> Occupancy:
     """400 chat-like requests (median prompt 512 tokens, median answer 128), each asking for
     max_tokens=2048, served 64 at a time by a model with an 8192-token context."""
-    requests = w.generate(
+    requests = w.sample_workload(
         400,
         float("inf"),
         w.LogNormal(512, 1.0, high=4000),

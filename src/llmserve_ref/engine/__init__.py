@@ -1,1 +1,1 @@
-"""The engine: many requests on one model (scheduler, KV blocks, engines, speculative decoding)."""
+"""The engine: many requests on one model. Its modules: see `llmserve_ref`'s map."""

@@ -55,12 +55,12 @@ from llmserve_ref.engine.interface import (
     RequestStream,
     Timings,
     TokenEvent,
-    check_fits,
     deliver,
 )
 from llmserve_ref.engine.kv_storage import num_blocks_for
 from llmserve_ref.engine.scheduler import SchedulerConfig
 from llmserve_ref.model.detokenizer import TextStream
+from llmserve_ref.model.generate import check_prompt
 from llmserve_ref.model.llama import Llama, ModelConfig
 from llmserve_ref.model.tokenizer import Tokenizer
 from llmserve_ref.model.weights import MODEL_DIRS
@@ -68,7 +68,6 @@ from llmserve_ref.model.weights import MODEL_DIRS
 log = logging.getLogger(__name__)
 
 
-# --8<-- [start:config]
 @dataclass(frozen=True)
 class EngineConfig:
     """The serving knobs, named and meaning what they mean in vLLM."""
@@ -88,9 +87,6 @@ class EngineConfig:
             num_blocks=num_blocks,
             enable_prefix_caching=self.enable_prefix_caching,
         )
-
-
-# --8<-- [end:config]
 
 
 @dataclass(eq=False)
@@ -131,11 +127,13 @@ class BatchedEngine:
             config.kv_cache_memory_bytes, model_config, config.block_size, dtype
         )
         self.bytes_per_block = config.block_size * model_config.kv_bytes_per_token(dtype)
+        self.vocab_size = model_config.vocab_size
+        self.scheduler_config = config.scheduler_config(self.num_blocks)
         device = str(model.device if model is not None else device or get_device())
         spec = CoreSpec(
             str(model_dir),
             device,
-            config.scheduler_config(self.num_blocks),
+            self.scheduler_config,
             self.max_model_len,
             frozenset(tokenizer.backend.get_added_tokens_decoder()),  # <|eos|>, the markers
             num_threads,
@@ -173,15 +171,16 @@ class BatchedEngine:
     # --8<-- [start:submit]
     def submit(self, request: EngineRequest) -> RequestStream:
         """Send `request` to the core; call from the event loop that will read the stream."""
-        check_fits(request, self.max_model_len)
-        self._check_pool(len(request.prompt_ids) + request.max_tokens)
+        r = request
+        check_prompt(r.prompt_ids, r.max_tokens, self.max_model_len, self.vocab_size)
+        # Checked here too, not only in the core: the caller hears of it, and the core keeps going.
+        self.scheduler_config.check_fits(r.request_id, len(r.prompt_ids), r.max_tokens)
         stream = RequestStream(request.request_id, asyncio.get_running_loop())
         with self._lock:
             if not self._accepting:
                 raise EngineUnavailable("the server is shutting down")
             text = TextStream(self.tokenizer, request.stop)
             self._streams[request.request_id] = _Stream(request, stream, text)
-            r = request
             add = AddRequest(
                 r.request_id, r.prompt_ids, r.params, r.max_tokens, r.ignore_eos,
                 r.cache_salt, r.fork_of,
@@ -208,15 +207,6 @@ class BatchedEngine:
 
     # --8<-- [end:submit]
 
-    def _check_pool(self, num_tokens: int) -> None:
-        """Refuse what the whole KV pool could never hold (it would wait forever)."""
-        needed = -(-num_tokens // self.config.block_size)
-        if needed > self.num_blocks:
-            raise ValueError(
-                f"a request of {num_tokens} tokens needs {needed} KV blocks, but the whole "
-                f"cache has {self.num_blocks}; give the engine more KV memory"
-            )
-
     def drain(self, grace_s: float) -> None:
         """Take no new requests; end the ones left after `grace_s` seconds with ``"abort"``."""
         with self._lock:
@@ -239,7 +229,6 @@ class BatchedEngine:
             events = [self._end(r, s.text.flush(), "abort") for r, s in list(self._streams.items())]
         deliver(events)
 
-    # --8<-- [start:read]
     def _read(self) -> None:
         """The reader thread: the core's messages in, stream events out."""
         while True:
@@ -307,8 +296,6 @@ class BatchedEngine:
         if last is None:
             return s.stream, TokenEvent(text, None, reason, timings)
         return s.stream, TokenEvent(text, last.token_id, reason, timings, last.logprobs)
-
-    # --8<-- [end:read]
 
     def stats(self) -> EngineStats:
         """The core's counts as of its last message."""

@@ -54,7 +54,6 @@ class BlockError(ValueError):
     """Bad use of the allocator: it refused and changed nothing."""
 
 
-# --8<-- [start:block]
 @dataclass(eq=False, slots=True)
 class Block:
     """One block of KV memory: who holds it, and which tokens it caches (if any)."""
@@ -66,9 +65,6 @@ class Block:
     @property
     def key_hash(self) -> int:
         return hash(self.key)
-
-
-# --8<-- [end:block]
 
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
@@ -107,7 +103,6 @@ class BlockManager:
         self.num_queries = 0  # prompt tokens looked up in the prefix cache (vLLM counts tokens)
         self.num_hits = 0  # ... and found there
 
-    # --8<-- [start:queries]
     @property
     def num_blocks(self) -> int:
         return len(self.blocks)
@@ -127,8 +122,6 @@ class BlockManager:
 
     def blocks_for(self, num_tokens: int) -> int:
         return blocks_for(num_tokens, self.block_size)
-
-    # --8<-- [end:queries]
 
     def _check_width(self, seq_id: str, num_tokens: int) -> None:
         if self.blocks_for(num_tokens) > self.max_blocks_per_table:
@@ -208,7 +201,6 @@ class BlockManager:
 
     # --8<-- [end:prefix]
 
-    # --8<-- [start:allocate]
     def _plan(
         self, num_tokens: int, token_ids: Sequence[int] | None, salt: str | None, capacity: int
     ) -> tuple[list[Block], int]:
@@ -269,9 +261,6 @@ class BlockManager:
         self._make_writable(table, num_cached // self.block_size, self.blocks_for(num_tokens))
         return num_cached
 
-    # --8<-- [end:allocate]
-
-    # --8<-- [start:append]
     def slots_needed(self, seq_id: str, num_computed_tokens: int, num_tokens: int) -> int:
         """Free blocks `append_slots` would take to write positions up to `num_tokens` - 1."""
         table = self._table(seq_id)
@@ -323,9 +312,6 @@ class BlockManager:
         self.pending_copies.clear()
         self._copy_sources.clear()
 
-    # --8<-- [end:append]
-
-    # --8<-- [start:cache]
     def cache_full_blocks(
         self,
         seq_id: str,
@@ -358,9 +344,6 @@ class BlockManager:
                 self.cached[hash(key)] = block
             hashes.append(hash(key))
 
-    # --8<-- [end:cache]
-
-    # --8<-- [start:free]
     def fork(self, parent_id: str, child_id: str) -> None:
         """Give `child_id` the same blocks as `parent_id` (the ``n`` samples of one prompt)."""
         if child_id in self.tables:
@@ -392,8 +375,6 @@ class BlockManager:
             self._release(self._copy_sources[i])
         self.pending_copies = [self.pending_copies[i] for i in keep]
         self._copy_sources = [self._copy_sources[i] for i in keep]
-
-    # --8<-- [end:free]
 
     def check(self) -> None:
         """Assert the invariants (tests call it after every operation)."""

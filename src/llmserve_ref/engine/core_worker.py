@@ -59,7 +59,6 @@ from llmserve_ref.model.sampling import SamplingParams
 log = logging.getLogger(__name__)
 
 
-# --8<-- [start:messages]
 @dataclass(frozen=True)
 class CoreSpec:
     """What the core process needs to build its `EngineCore` (plain data: it is pickled)."""
@@ -85,9 +84,6 @@ class AddRequest:
     fork_of: str | None = None
 
 
-# --8<-- [end:messages]
-
-
 def stats_of(core: EngineCore) -> EngineStats:
     """The core's load and totals, as `/metrics` reports them."""
     scheduler, blocks = core.scheduler, core.scheduler.block_manager
@@ -106,7 +102,6 @@ def stats_of(core: EngineCore) -> EngineStats:
     )
 
 
-# --8<-- [start:loop]
 def run_core(spec: CoreSpec, inbox: Connection, outbox: Connection, model: Llama | None) -> None:
     """Build the core, then apply messages and step until told to close."""
     if model is None:  # in its own process: load the weights here
@@ -172,10 +167,6 @@ def apply(core: EngineCore, kind: str, payload: Any) -> None:
         raise ValueError(f"unknown message to the engine core: {kind!r}")
 
 
-# --8<-- [end:loop]
-
-
-# --8<-- [start:start]
 class CoreWorker:
     """The API side's handle on a running core: send messages, receive its replies."""
 
@@ -215,6 +206,3 @@ def start_core(spec: CoreSpec, model: Llama | None = None) -> CoreWorker:
     worker.daemon = True
     worker.start()
     return CoreWorker(to_core, from_core, worker)
-
-
-# --8<-- [end:start]

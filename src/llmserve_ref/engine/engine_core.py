@@ -39,6 +39,7 @@ import torch
 from llmserve_ref.engine.block_manager import BlockManager
 from llmserve_ref.engine.model_runner import Chunk, ModelRunner
 from llmserve_ref.engine.scheduler import Request, RequestStatus, Scheduler, SchedulerConfig
+from llmserve_ref.model.generate import check_prompt
 from llmserve_ref.model.llama import Llama
 from llmserve_ref.model.sampling import (
     SamplingParams,
@@ -48,7 +49,6 @@ from llmserve_ref.model.sampling import (
 )
 
 
-# --8<-- [start:sequence]
 @dataclass(eq=False)
 class CoreRequest:
     """A request inside the core: the scheduler's view of it, and how it samples."""
@@ -74,9 +74,6 @@ class TokenOutput:
     logprobs: TokenLogprobs | None = None  # if the request asked for them
 
 
-# --8<-- [end:sequence]
-
-
 class EngineCore:
     """A scheduler, a model runner and a sampler, stepped by whoever owns the core."""
 
@@ -96,7 +93,6 @@ class EngineCore:
         self.num_steps = 0
         self.num_scheduled_tokens = 0
 
-    # --8<-- [start:add]
     def add_request(
         self,
         request_id: str,
@@ -113,12 +109,9 @@ class EngineCore:
         (OpenAI's ``n``), sharing its prompt's blocks instead of computing them again."""
         if request_id in self.sequences:
             raise ValueError(f"request id {request_id!r} is in use")
-        if len(prompt_ids) + max_tokens > self.max_model_len:
-            raise ValueError(
-                f"{len(prompt_ids)} prompt tokens + {max_tokens} max_tokens exceed the "
-                f"maximum model length {self.max_model_len}"
-            )
-        params.check_vocab(self.runner.model.config.vocab_size)
+        vocab_size = self.runner.model.config.vocab_size
+        check_prompt(prompt_ids, max_tokens, self.max_model_len, vocab_size)
+        params.check_vocab(vocab_size)
         request = Request(
             request_id, len(prompt_ids), max_tokens, list(prompt_ids), cache_salt=cache_salt
         )
@@ -149,15 +142,6 @@ class EngineCore:
             and seat
         )
 
-    def check_fits(self, num_tokens: int) -> None:
-        """Refuse a request of `num_tokens` (prompt + max_tokens) that no KV pool could hold."""
-        needed = self.scheduler.config.blocks_for(num_tokens)
-        if needed > self.scheduler.config.num_blocks:
-            raise ValueError(
-                f"a request of {num_tokens} tokens needs {needed} KV blocks, but the whole "
-                f"cache has {self.scheduler.config.num_blocks}; give the engine more KV memory"
-            )
-
     def abort(self, request_id: str) -> None:
         """Drop a request (its client went away, a stop string ended it): free its blocks now."""
         seq = self.sequences.pop(request_id, None)
@@ -170,12 +154,9 @@ class EngineCore:
             self.scheduler.add_request(fork.request)
         seq.forks.clear()
 
-    # --8<-- [end:add]
-
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
 
-    # --8<-- [start:step]
     def step(self) -> list[TokenOutput]:
         """Schedule, run the model once over every scheduled token, sample, advance."""
         out = self.scheduler.schedule()
@@ -206,9 +187,6 @@ class EngineCore:
             outputs.append(self._finish_check(seq, token, lp))
         return outputs
 
-    # --8<-- [end:step]
-
-    # --8<-- [start:sample]
     def sample(self, logits: torch.Tensor, sequences: list[CoreRequest]) -> list[int]:
         """One token per row of `logits`: every greedy row in one argmax, the rest one by one."""
         tokens = [0] * len(sequences)
@@ -221,12 +199,8 @@ class EngineCore:
         return tokens
 
     def _pick(self, seq: CoreRequest, logits: torch.Tensor) -> int:
-        request, device = seq.request, logits.device
-        prompt = torch.tensor([request.token_ids[: request.prompt_len]], device=device)
-        output = torch.tensor([request.token_ids[request.prompt_len :]], device=device)
-        return next_token(
-            logits, seq.params, prompt, output.long(), seq.generator, seq.stop_token_ids
-        )
+        ids, n = seq.request.token_ids, seq.request.prompt_len
+        return next_token(logits, seq.params, ids[:n], ids[n:], seq.generator, seq.stop_token_ids)
 
     def logprobs(
         self, logits: torch.Tensor, sequences: list[CoreRequest], tokens: list[int]
@@ -244,8 +218,6 @@ class EngineCore:
             for i, row in zip(asked, rows, strict=True):
                 found[i] = row
         return found
-
-    # --8<-- [end:sample]
 
     def _forks(self, seq: CoreRequest, logits: torch.Tensor) -> list[CoreRequest]:
         """After `seq`'s first token: its forks sample theirs from the same logits and start."""
@@ -287,7 +259,6 @@ def _is_plain_greedy(params: SamplingParams) -> bool:
     )
 
 
-# --8<-- [start:generate_batch]
 def generate_batch(
     core: EngineCore,
     prompts: Sequence[Sequence[int]],
@@ -305,6 +276,3 @@ def generate_batch(
         for out in core.step():
             outputs[out.request_id].append(out.token_id)
     return [outputs[str(i)] for i in range(len(prompts))]
-
-
-# --8<-- [end:generate_batch]

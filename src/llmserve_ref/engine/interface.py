@@ -34,7 +34,6 @@ from llmserve_ref.model.sampling import SamplingParams, TokenLogprobs
 from llmserve_ref.model.tokenizer import Tokenizer
 
 
-# --8<-- [start:interface]
 @dataclass
 class EngineRequest:
     """One sequence to generate: the prompt's token ids and how to continue it."""
@@ -47,17 +46,6 @@ class EngineRequest:
     ignore_eos: bool = False  # generate max_tokens whatever the model says (benchmarks)
     cache_salt: str | None = None  # requests share cached prefixes only with the same salt
     fork_of: str | None = None  # another sample (OpenAI's n) of this earlier request's prompt
-
-
-def check_fits(request: EngineRequest, max_model_len: int) -> None:
-    """Refuse a request with no prompt, no tokens to generate, or more positions than fit."""
-    needed = len(request.prompt_ids) + request.max_tokens
-    if not request.prompt_ids or request.max_tokens < 1 or needed > max_model_len:
-        raise ValueError(
-            f"a request needs 1 to {max_model_len} positions with a non-empty prompt "
-            f"and max_tokens >= 1; got {len(request.prompt_ids)} prompt tokens and "
-            f"max_tokens={request.max_tokens}"
-        )
 
 
 @dataclass(frozen=True)
@@ -164,6 +152,3 @@ class EngineStats:
     preemptions: int = 0
     steps: int = 0  # forward passes
     scheduled_tokens: int = 0  # tokens computed by those passes
-
-
-# --8<-- [end:interface]

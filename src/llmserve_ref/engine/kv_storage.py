@@ -35,7 +35,6 @@ import torch
 from llmserve_ref.model.llama import ModelConfig
 
 
-# --8<-- [start:size]
 def num_blocks_for(
     memory_bytes: int, config: ModelConfig, block_size: int, dtype: torch.dtype = torch.float32
 ) -> int:
@@ -49,10 +48,6 @@ def num_blocks_for(
     return memory_bytes // block_bytes
 
 
-# --8<-- [end:size]
-
-
-# --8<-- [start:storage]
 class KVStorage:
     """Every layer's keys and values, in blocks, written through slot mappings."""
 
@@ -116,6 +111,3 @@ class KVStorage:
         if pairs:
             src, dst = zip(*pairs, strict=True)
             self.data[:, :, list(dst)] = self.data[:, :, list(src)]
-
-
-# --8<-- [end:storage]

@@ -43,9 +43,9 @@ from llmserve_ref.engine.interface import (
     RequestStream,
     Timings,
     TokenEvent,
-    check_fits,
 )
 from llmserve_ref.model.detokenizer import TextStream
+from llmserve_ref.model.generate import check_prompt
 from llmserve_ref.model.kv_cache import KVCache
 from llmserve_ref.model.llama import Llama
 from llmserve_ref.model.sampling import TokenLogprobs, next_token, token_logprobs
@@ -99,10 +99,10 @@ class LoopEngine:
             raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODEL_DIRS)}")
         return cls(*load(MODEL_DIRS[name], device))
 
-    # --8<-- [start:submit]
     def submit(self, request: EngineRequest) -> RequestStream:
         """Queue `request`; call from the event loop that will read the returned stream."""
-        check_fits(request, self.max_model_len)
+        vocab_size = self.model.config.vocab_size
+        check_prompt(request.prompt_ids, request.max_tokens, self.max_model_len, vocab_size)
         stream = RequestStream(request.request_id, asyncio.get_running_loop())
         generator = None
         if request.params.seed is not None:
@@ -120,8 +120,6 @@ class LoopEngine:
         with self._wakeup:
             self._cancelled.add(request_id)
             self._wakeup.notify()
-
-    # --8<-- [end:submit]
 
     def drain(self, grace_s: float) -> None:
         """Take no new requests; end the ones left after `grace_s` seconds with ``"abort"``."""
@@ -165,7 +163,6 @@ class LoopEngine:
             scheduled_tokens=self.scheduled_tokens,
         )
 
-    # --8<-- [start:loop]
     def _loop(self) -> None:
         with torch.inference_mode():
             while (batch := self._next_batch()) is not None:
@@ -198,9 +195,6 @@ class LoopEngine:
                 self._running.append(self._waiting.popleft())
             return list(self._running)
 
-    # --8<-- [end:loop]
-
-    # --8<-- [start:step]
     def _step(self, s: _Sequence) -> None:
         """One forward pass for `s` (its prefill, or one decode step), then one token."""
         device = self.model.device
@@ -234,13 +228,9 @@ class LoopEngine:
             s.stream.put(TokenEvent(text, token, logprobs=lp))
 
     def _sample(self, s: _Sequence, logits: torch.Tensor) -> int:
-        device = logits.device
-        prompt = torch.tensor([s.request.prompt_ids], device=device)
-        output = torch.tensor([s.output], dtype=torch.long, device=device)
         stops = () if s.request.ignore_eos else self._stop_ids
-        return next_token(logits, s.request.params, prompt, output, s.generator, stops)
-
-    # --8<-- [end:step]
+        r = s.request
+        return next_token(logits, r.params, r.prompt_ids, s.output, s.generator, stops)
 
     def _finish(
         self, s: _Sequence, text: str, reason: str, logprobs: TokenLogprobs | None = None

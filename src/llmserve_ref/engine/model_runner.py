@@ -44,7 +44,6 @@ from llmserve_ref.kernels.triton_paged_attention import paged_decode_attention_t
 from llmserve_ref.model.llama import Llama
 
 
-# --8<-- [start:chunk]
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """One sequence's share of a step: its new tokens, where they start, where its KV lives."""
@@ -57,9 +56,6 @@ class Chunk:
     @property
     def is_decode(self) -> bool:
         return len(self.token_ids) == 1
-
-
-# --8<-- [end:chunk]
 
 
 def _padded(tables: list[Sequence[int]], device: torch.device) -> torch.Tensor:
@@ -132,7 +128,6 @@ class PagedBatch:
 # --8<-- [end:batch]
 
 
-# --8<-- [start:runner]
 class ModelRunner:
     """The model and its paged KV storage: runs one packed forward pass per step."""
 
@@ -161,6 +156,3 @@ class ModelRunner:
         batch = PagedBatch(chunks, self.storage, self.decode_kernel)
         hidden = self.model.hidden_states(batch.input_ids, batch)[0]  # [num_tokens, hidden]
         return self.model.lm_head(hidden[batch.logits_indices]).float()
-
-
-# --8<-- [end:runner]

@@ -158,6 +158,18 @@ class SchedulerConfig:
         """
         return blocks_for(num_tokens, self.block_size)
 
+    def check_fits(self, request_id: str, prompt_len: int, max_tokens: int) -> None:
+        """Refuse a request whose whole sequence needs more blocks than the pool has: it
+        would wait forever at the head of the queue and block everyone behind it."""
+        needed = self.blocks_for(prompt_len + max_tokens)
+        if needed > self.num_blocks:
+            raise ValueError(
+                f"request {request_id!r} needs {needed} KV blocks for "
+                f"{prompt_len} prompt + {max_tokens} max_tokens at block_size "
+                f"{self.block_size}, but the whole cache has {self.num_blocks}; "
+                "shorten the prompt or max_tokens, or give the cache more blocks"
+            )
+
 
 # --8<-- [end:config]
 
@@ -245,7 +257,6 @@ class Scheduler:
                 f"request {request.request_id!r}: num_computed_tokens must be in "
                 f"[0, {request.num_tokens}), got {request.num_computed_tokens}"
             )
-        needed = self.config.blocks_for(request.prompt_len + request.max_tokens)
         if request.token_ids is not None and len(request.token_ids) != request.num_tokens:
             raise ValueError(
                 f"request {request.request_id!r} has {len(request.token_ids)} token ids for "
@@ -256,13 +267,7 @@ class Scheduler:
                 f"request {request.request_id!r}: n={request.n} sequences must be between 1 and "
                 f"max_num_seqs ({self.config.max_num_seqs})"
             )
-        if needed > self.config.num_blocks:
-            raise ValueError(
-                f"request {request.request_id!r} needs {needed} KV blocks for "
-                f"{request.prompt_len} prompt + {request.max_tokens} max_tokens at block_size "
-                f"{self.config.block_size}, but the whole cache has {self.config.num_blocks}; "
-                "shorten the prompt or max_tokens, or give the cache more blocks"
-            )
+        self.config.check_fits(request.request_id, request.prompt_len, request.max_tokens)
         request.status = RequestStatus.WAITING
         self.waiting.append(request)
 
@@ -433,7 +438,6 @@ class Scheduler:
 
     # --8<-- [end:update]
 
-    # --8<-- [start:finish]
     def finish(self, request: Request) -> None:
         """End `request` now (a stop token, a stop string, a client gone): free its blocks."""
         if request.status is RequestStatus.RUNNING:
@@ -457,8 +461,6 @@ class Scheduler:
         child.status = RequestStatus.RUNNING
         self.block_manager.fork(parent.request_id, child.request_id)
         self.running.append(child)
-
-    # --8<-- [end:finish]
 
     def block_table(self, request: Request) -> list[int]:
         """The block ids holding `request`'s keys and values ([] while it holds none)."""

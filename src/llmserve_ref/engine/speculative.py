@@ -45,6 +45,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from llmserve_ref.model.forward_step import forward_step
+from llmserve_ref.model.generate import check_prompt
 from llmserve_ref.model.kv_cache import KVCache
 from llmserve_ref.model.llama import Llama
 from llmserve_ref.model.sampling import SamplingParams, process_logits, sample
@@ -179,6 +181,8 @@ def speculative_round(
     target_cache.truncate(verified)
     draft_cache.truncate(min(draft_cache.length, verified))
     return new
+
+
 # --8<-- [end:round]
 
 
@@ -319,8 +323,14 @@ class SpeculativeDecoder:
     def _round(self) -> list[int]:
         gamma = min(self.gamma, self.max_new_tokens - len(self.output) - 1)  # stop at the end
         new = speculative_round(
-            self.target, self.draft, self.target_cache, self.draft_cache, self.tokens, gamma,
-            self.params, self.generator,
+            self.target,
+            self.draft,
+            self.target_cache,
+            self.draft_cache,
+            self.tokens,
+            gamma,
+            self.params,
+            self.generator,
         )
         self.stats.record(gamma, accepted=len(new) - 1)
         return new
@@ -333,7 +343,6 @@ class SpeculativeDecoder:
         return [int(sample(p, self.generator))]
 
 
-# --8<-- [start:measure]
 def decode_prompts(
     target: Llama,
     draft: Llama,
@@ -357,27 +366,10 @@ def forward_steppers(
 ) -> dict[int, Callable[[], object]]:
     """For each width w, a call that runs one forward of w new tokens after `context` cached.
 
-    The cache is rolled back after each call, so a call can repeat forever: width 1
-    is a decode step, width gamma + 1 a verification.
+    Every call does the same pass, so a call can repeat forever: width 1 is a decode
+    step, width gamma + 1 a verification.
     """
-    steppers = {}
-    for width in widths:
-        cache = model.make_cache(batch_size=1, max_len=context + width)
-        with torch.inference_mode():
-            model(torch.zeros(1, context, dtype=torch.long, device=model.device), cache)
-        tokens = torch.zeros(1, width, dtype=torch.long, device=model.device)
-
-        def step(cache: KVCache = cache, tokens: torch.Tensor = tokens) -> torch.Tensor:
-            with torch.inference_mode():
-                logits = model(tokens, cache)
-            cache.truncate(context)
-            return logits
-
-        steppers[width] = step
-    return steppers
-
-
-# --8<-- [end:measure]
+    return {width: forward_step(model, 1, context, width) for width in widths}
 
 
 def _check_setup(
@@ -398,20 +390,8 @@ def _check_setup(
         raise ValueError(f"target is on {target.device} but draft on {draft.device}")
     if gamma < 1:
         raise ValueError(f"gamma (draft tokens per round) must be >= 1, got {gamma}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if not prompt_ids:
-        raise ValueError("prompt_ids is empty: start it with at least the <|bos|> token")
-    outside = [t for t in prompt_ids if not 0 <= t < vocab]
-    if outside:
-        raise ValueError(f"prompt token ids {outside} are outside the vocabulary [0, {vocab})")
-    positions = len(prompt_ids) + max_new_tokens - 1
     limit = min(target.config.max_position_embeddings, draft.config.max_position_embeddings)
-    if positions > limit:
-        raise ValueError(
-            f"{len(prompt_ids)} prompt tokens + {max_new_tokens} new tokens need {positions} "
-            f"positions, but the models allow {limit}"
-        )
+    check_prompt(prompt_ids, max_new_tokens, limit, vocab)
     if params.repetition_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
         raise ValueError(
             "speculative decoding here supports temperature, top_k, top_p and min_p; penalties "

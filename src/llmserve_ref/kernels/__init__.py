@@ -1,1 +1,1 @@
-"""Kernels: attention as functions on tensors (PyTorch references and Triton kernels)."""
+"""Kernels: attention as functions on tensors. Its modules: see `llmserve_ref`'s map."""

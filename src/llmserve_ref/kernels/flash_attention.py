@@ -64,22 +64,30 @@ def check_attention_args(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> int:
             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
     if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape; got {tuple(k.shape)} and "
-                         f"{tuple(v.shape)}")
+        raise ValueError(
+            f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
     (batch, q_heads, q_len, head_dim), (kv_batch, kv_heads, kv_len, kv_dim) = q.shape, k.shape
     if batch != kv_batch or head_dim != kv_dim:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree on batch "
-                         "(dim 0) and head_dim (dim 3)")
+        raise ValueError(
+            f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree on batch "
+            "(dim 0) and head_dim (dim 3)"
+        )
     if q_heads % kv_heads:
-        raise ValueError(f"{q_heads} query heads is not a multiple of {kv_heads} KV heads; "
-                         "with GQA every KV head serves the same number of query heads")
+        raise ValueError(
+            f"{q_heads} query heads is not a multiple of {kv_heads} KV heads; "
+            "with GQA every KV head serves the same number of query heads"
+        )
     if q_len == 0 or kv_len == 0:
-        raise ValueError(f"empty sequence: q_len={q_len}, kv_len={kv_len}; pass at least one "
-                         "query and one key")
+        raise ValueError(
+            f"empty sequence: q_len={q_len}, kv_len={kv_len}; pass at least one query and one key"
+        )
     if causal and q_len > kv_len:
-        raise ValueError(f"causal attention with q_len={q_len} > kv_len={kv_len}: the queries "
-                         "are the last q_len positions of the keys, so pass at least as many "
-                         "keys as queries (append the new tokens' keys to the cache first)")
+        raise ValueError(
+            f"causal attention with q_len={q_len} > kv_len={kv_len}: the queries "
+            "are the last q_len positions of the keys, so pass at least as many "
+            "keys as queries (append the new tokens' keys to the cache first)"
+        )
     return q_heads // kv_heads
 
 
@@ -101,8 +109,9 @@ TOLERANCE: dict[torch.dtype, tuple[float, float]] = {
 # --8<-- [end:tolerance]
 
 
-def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
-                   scale: float | None = None) -> tuple[Tensor, Tensor]:
+def sdpa_attention(
+    q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: float | None = None
+) -> tuple[Tensor, Tensor]:
     """The oracle: PyTorch's `scaled_dot_product_attention` in float64 on the CPU, and the LSE.
 
     The causal mask is passed explicitly (bottom-right, see the module docstring), since
@@ -112,7 +121,8 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     q, k, v = (t.cpu().double() for t in (q, k, v))
     mask = causal_mask(q.shape[-2], k.shape[-2]) if causal else None
     out = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, scale=scale, enable_gqa=group > 1)
+        q, k, v, attn_mask=mask, scale=scale, enable_gqa=group > 1
+    )
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = q @ expand_kv(k, group).transpose(-1, -2) * scale
     if mask is not None:
@@ -121,8 +131,9 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
 
 
 # --8<-- [start:naive]
-def naive_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
-                    scale: float | None = None) -> tuple[Tensor, Tensor]:
+def naive_attention(
+    q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: float | None = None
+) -> tuple[Tensor, Tensor]:
     """Standard attention: materialize the (q_len, kv_len) scores, softmax, multiply by V."""
     group = check_attention_args(q, k, v, causal)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -133,13 +144,21 @@ def naive_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     lse = torch.logsumexp(scores, dim=-1)
     probs = torch.softmax(scores, dim=-1)  # read it back, write it again
     return (probs @ v).to(q.dtype), lse  # and read it a third time
+
+
 # --8<-- [end:naive]
 
 
 # --8<-- [start:flash]
-def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
-                    scale: float | None = None, block_m: int = 64,
-                    block_n: int = 64) -> tuple[Tensor, Tensor]:
+def flash_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: bool = False,
+    scale: float | None = None,
+    block_m: int = 64,
+    block_n: int = 64,
+) -> tuple[Tensor, Tensor]:
     """FlashAttention's forward pass: tiles of queries against a stream of key/value tiles."""
     group = check_attention_args(q, k, v, causal)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -150,7 +169,7 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
 
     for m0 in range(0, q_len, block_m):  # one query tile: on a GPU, one program
-        q_tile = q[..., m0:m0 + block_m, :].float() * scale
+        q_tile = q[..., m0 : m0 + block_m, :].float() * scale
         rows = torch.arange(m0, m0 + q_tile.shape[-2], device=q.device) + offset
         m_i = torch.full(q_tile.shape[:-1], -math.inf, device=q.device)  # running max
         l_i = torch.zeros(q_tile.shape[:-1], device=q.device)  # running sum of exp(s - m_i)
@@ -159,8 +178,8 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
         # A causal tile needs no keys past its last row's position: skip those tiles.
         kv_end = min(kv_len, int(rows[-1]) + 1) if causal else kv_len
         for n0 in range(0, kv_end, block_n):
-            k_tile = k[..., n0:n0 + block_n, :].float()
-            v_tile = v[..., n0:n0 + block_n, :].float()
+            k_tile = k[..., n0 : n0 + block_n, :].float()
+            v_tile = v[..., n0 : n0 + block_n, :].float()
             s = q_tile @ k_tile.transpose(-1, -2)  # (block_m, block_n) scores, never stored
             if causal:
                 cols = torch.arange(n0, n0 + k_tile.shape[-2], device=q.device)
@@ -173,9 +192,11 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
             acc = alpha[..., None] * acc + p @ v_tile
             m_i = m_new
 
-        out[..., m0:m0 + block_m, :] = acc / l_i[..., None]  # normalize once, at the end
-        lse[..., m0:m0 + block_m] = m_i + torch.log(l_i)
+        out[..., m0 : m0 + block_m, :] = acc / l_i[..., None]  # normalize once, at the end
+        lse[..., m0 : m0 + block_m] = m_i + torch.log(l_i)
     return out.to(q.dtype), lse
+
+
 # --8<-- [end:flash]
 
 
@@ -193,17 +214,23 @@ def merge_partials(outs: list[Tensor], lses: list[Tensor]) -> tuple[Tensor, Tens
     return out.to(outs[0].dtype), lse
 
 
-def split_kv_attention(q: Tensor, k: Tensor, v: Tensor, num_splits: int,
-                       scale: float | None = None) -> tuple[Tensor, Tensor]:
+def split_kv_attention(
+    q: Tensor, k: Tensor, v: Tensor, num_splits: int, scale: float | None = None
+) -> tuple[Tensor, Tensor]:
     """Flash-decoding: split the keys into `num_splits` parts, attend to each, merge.
 
     On a GPU the parts run in parallel, which is what keeps the chip busy when there is
     one query per sequence. Non-causal: every new query sees the whole cache.
     """
     bounds = torch.linspace(0, k.shape[-2], num_splits + 1).round().long().tolist()
-    parts = [flash_attention(q, k[..., a:b, :], v[..., a:b, :], scale=scale)
-             for a, b in pairwise(bounds) if b > a]
+    parts = [
+        flash_attention(q, k[..., a:b, :], v[..., a:b, :], scale=scale)
+        for a, b in pairwise(bounds)
+        if b > a
+    ]
     return merge_partials([o for o, _ in parts], [lse for _, lse in parts])
+
+
 # --8<-- [end:merge]
 
 
@@ -252,9 +279,12 @@ def tiled_hbm_bytes(shape: AttentionShape, block_m: int = 128) -> int:
     `block_m` queries reads the K and V rows it needs (all of them, or when causal, up to
     its last row's position). With `block_m >= q_len` that is one pass: every input read once.
     """
-    kv_rows = sum(shape.keys_seen(min(m0 + block_m, shape.q_len) - 1)
-                  for m0 in range(0, shape.q_len, block_m))
+    kv_rows = sum(
+        shape.keys_seen(min(m0 + block_m, shape.q_len) - 1) for m0 in range(0, shape.q_len, block_m)
+    )
     elements = 2 * shape.q_len * shape.head_dim + 2 * kv_rows * shape.head_dim
     per_head = elements * shape.dtype_bytes + 4 * shape.q_len
     return per_head * shape.q_heads * shape.batch
+
+
 # --8<-- [end:hbm]

@@ -62,6 +62,7 @@ HEAD_DIMS = (16, 32, 64, 128)
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
+# fmt: off
 # --8<-- [start:forward-kernel]
 @triton.jit
 def _flash_forward_kernel(
@@ -132,8 +133,10 @@ def _flash_forward_kernel(
     lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # times ln 2: back to natural log
     tl.store(LSE + bh * q_len + rows, lse, mask=row_ok)
 # --8<-- [end:forward-kernel]
+# fmt: on
 
 
+# fmt: off
 # --8<-- [start:decode-kernels]
 @triton.jit
 def _decode_split_kernel(
@@ -204,6 +207,7 @@ def _decode_merge_kernel(
     tl.store(Out + bh * HEAD_DIM + dims, out.to(Out.dtype.element_ty))
     tl.store(LSE + bh, lse_max + tl.log(total))
 # --8<-- [end:decode-kernels]
+# fmt: on
 
 
 def interpreted() -> bool:
@@ -224,11 +228,15 @@ def why_triton_cannot_run(device: torch.device | str) -> str | None:
             "llmserve_ref.kernels.flash_attention, the PyTorch reference"
         )
     if not TRITON_AVAILABLE:
-        return ("Triton is not installed (it has Linux wheels only: pip install triton); "
-                "use llmserve_ref.kernels.flash_attention, the PyTorch reference")
+        return (
+            "Triton is not installed (it has Linux wheels only: pip install triton); "
+            "use llmserve_ref.kernels.flash_attention, the PyTorch reference"
+        )
     if kind == "cpu" and not interpreted():
-        return ("on the CPU the Triton kernels run only in Triton's interpreter: set "
-                "TRITON_INTERPRET=1 before starting Python (the nox cpu session does)")
+        return (
+            "on the CPU the Triton kernels run only in Triton's interpreter: set "
+            "TRITON_INTERPRET=1 before starting Python (the nox cpu session does)"
+        )
     if kind not in ("cpu", "cuda"):
         return f"the Triton kernels run on cuda (or on the cpu, interpreted), not on {kind}"
     return None
@@ -237,15 +245,18 @@ def why_triton_cannot_run(device: torch.device | str) -> str | None:
 def _check_runnable(*tensors: Tensor) -> None:
     device = tensors[0].device
     if any(t.device != device for t in tensors):
-        raise ValueError(f"all tensors must be on one device; got "
-                         f"{', '.join(str(t.device) for t in tensors)}")
+        raise ValueError(
+            f"all tensors must be on one device; got {', '.join(str(t.device) for t in tensors)}"
+        )
     reason = why_triton_cannot_run(device)
     if reason is not None:
         raise RuntimeError(reason)
     dtype = tensors[0].dtype
     if dtype not in DTYPES or any(t.dtype != dtype for t in tensors):
-        raise ValueError(f"q, k, v must share one dtype among float32, float16, bfloat16; got "
-                         f"{', '.join(str(t.dtype) for t in tensors)}")
+        raise ValueError(
+            f"q, k, v must share one dtype among float32, float16, bfloat16; got "
+            f"{', '.join(str(t.dtype) for t in tensors)}"
+        )
     if dtype == torch.bfloat16 and interpreted():
         raise ValueError(
             "bfloat16 is refused under the Triton interpreter (TRITON_INTERPRET=1): numpy has "
@@ -254,8 +265,10 @@ def _check_runnable(*tensors: Tensor) -> None:
         )
     head_dim = tensors[0].shape[-1]
     if head_dim not in HEAD_DIMS:
-        raise ValueError(f"head_dim={head_dim} is not supported; the kernels take "
-                         f"{', '.join(map(str, HEAD_DIMS))} (pad the head dim up to one of them)")
+        raise ValueError(
+            f"head_dim={head_dim} is not supported; the kernels take "
+            f"{', '.join(map(str, HEAD_DIMS))} (pad the head dim up to one of them)"
+        )
 
 
 def _check_block(name: str, value: int) -> None:
@@ -263,9 +276,15 @@ def _check_block(name: str, value: int) -> None:
         raise ValueError(f"{name}={value} must be a power of two >= 16 (tl.dot's smallest tile)")
 
 
-def flash_attention_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
-                            scale: float | None = None, block_m: int = 64,
-                            block_n: int = 64) -> tuple[Tensor, Tensor]:
+def flash_attention_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: bool = False,
+    scale: float | None = None,
+    block_m: int = 64,
+    block_n: int = 64,
+) -> tuple[Tensor, Tensor]:
     """Run the Triton forward kernel: the attention output and the LSE of each query row.
 
     q is (batch, q_heads, q_len, head_dim); k and v are (batch, kv_heads, kv_len, head_dim)
@@ -277,7 +296,7 @@ def flash_attention_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool = Fals
     _check_block("block_n", block_n)
     batch, q_heads, q_len, head_dim = q.shape
     kv_len = k.shape[2]
-    scale = head_dim ** -0.5 if scale is None else scale
+    scale = head_dim**-0.5 if scale is None else scale
     out = torch.empty_like(q)
     lse = torch.empty(batch, q_heads, q_len, dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(q_len, block_m), batch * q_heads)
@@ -288,7 +307,7 @@ def flash_attention_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool = Fals
         GROUP=group, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=4 if head_dim <= 64 else 8, num_stages=2,
-    )
+    )  # fmt: skip
     return out, lse
 
 
@@ -304,8 +323,14 @@ def plan_splits(kv_len: int, num_splits: int, block_n: int) -> tuple[int, int]:
     return split_len, math.ceil(kv_len / split_len)
 
 
-def flash_decode(q: Tensor, k: Tensor, v: Tensor, num_splits: int | None = None,
-                 scale: float | None = None, block_n: int = 64) -> tuple[Tensor, Tensor]:
+def flash_decode(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    num_splits: int | None = None,
+    scale: float | None = None,
+    block_n: int = 64,
+) -> tuple[Tensor, Tensor]:
     """Flash-decoding: one query per sequence against its whole KV cache, split and merged.
 
     q is (batch, q_heads, 1, head_dim), k and v (batch, kv_heads, kv_len, head_dim).
@@ -316,30 +341,33 @@ def flash_decode(q: Tensor, k: Tensor, v: Tensor, num_splits: int | None = None,
     _check_runnable(q, k, v)
     group = check_attention_args(q, k, v, causal=False)
     if q.shape[2] != 1:
-        raise ValueError(f"flash_decode takes one query per sequence (q_len=1), got "
-                         f"q_len={q.shape[2]}; use flash_attention_forward(causal=True) for a "
-                         "chunk of several new tokens")
+        raise ValueError(
+            f"flash_decode takes one query per sequence (q_len=1), got "
+            f"q_len={q.shape[2]}; use flash_attention_forward(causal=True) for a "
+            "chunk of several new tokens"
+        )
     _check_block("block_n", block_n)
     batch, q_heads, _, head_dim = q.shape
     kv_len = k.shape[2]
-    scale = head_dim ** -0.5 if scale is None else scale
+    scale = head_dim**-0.5 if scale is None else scale
     if num_splits is None:
         num_splits = min(16, math.ceil(kv_len / 512))
     split_len, num_splits = plan_splits(kv_len, num_splits, block_n)
 
-    o_part = torch.empty(batch * q_heads, num_splits, head_dim, dtype=torch.float32,
-                         device=q.device)
+    o_part = torch.empty(
+        batch * q_heads, num_splits, head_dim, dtype=torch.float32, device=q.device
+    )
     lse_part = torch.empty(batch * q_heads, num_splits, dtype=torch.float32, device=q.device)
     _decode_split_kernel[(batch * q_heads, num_splits)](
         q, k, v, o_part, lse_part,
         q.stride(0), q.stride(1), q.stride(3), *k.stride(), *v.stride(),
         q_heads, kv_len, split_len, num_splits, scale * LOG2E,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_N=block_n,
-    )
+    )  # fmt: skip
     out = torch.empty(batch, q_heads, 1, head_dim, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, q_heads, 1, dtype=torch.float32, device=q.device)
     _decode_merge_kernel[(batch * q_heads,)](
         o_part, lse_part, out, lse, num_splits,
         HEAD_DIM=head_dim, SPLITS=triton.next_power_of_2(num_splits),
-    )
+    )  # fmt: skip
     return out, lse

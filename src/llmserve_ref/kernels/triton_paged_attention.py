@@ -54,8 +54,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-# The stand-in for a missing Triton, the interpreter switch and its helpers: one home.
+# The stand-in for a missing Triton, the interpreter switch, its helpers, the dtypes: one home.
 from llmserve_ref.kernels.triton_attention import (
+    DTYPES,
     LOG2E,
     TRITON_AVAILABLE,  # noqa: F401  (re-exported: callers ask this module)
     interpreted,
@@ -64,10 +65,10 @@ from llmserve_ref.kernels.triton_attention import (
     why_triton_cannot_run,
 )
 
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
+# fmt: off
 # --8<-- [start:kernel]
 @triton.jit
 def _paged_decode_kernel(
@@ -143,6 +144,7 @@ def _paged_decode_kernel(
 
 
 # --8<-- [end:kernel]
+# fmt: on
 
 
 def check_paged_decode_args(
@@ -223,7 +225,6 @@ def check_paged_decode_args(
     return heads // kv_heads
 
 
-# --8<-- [start:launch]
 def paged_decode_attention_triton(
     q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor, seq_lens: Tensor
 ) -> Tensor:
@@ -259,6 +260,3 @@ def paged_decode_attention_triton(
         BLOCK_SIZE=block_size,
     )  # fmt: skip
     return out
-
-
-# --8<-- [end:launch]

@@ -1,1 +1,1 @@
-"""The model: the tiny Llama, its tokenizer and weights, and what runs one sequence."""
+"""The model: the tiny Llama and what runs one sequence. Its modules: see `llmserve_ref`'s map."""

@@ -51,7 +51,6 @@ SYSTEM_ROLES = ("system", "developer")  # OpenAI's newer name for the same role
 SYSTEM_SEPARATOR = "\n\n"  # after each system message's content, before the user's
 
 
-# --8<-- [start:render]
 def pieces(
     messages: Iterable[Mapping[str, str]], add_generation_prompt: bool = True
 ) -> Iterator[tuple[str, bool]]:
@@ -118,6 +117,3 @@ def render_ids(
     for text, control in pieces(messages, add_generation_prompt):
         ids += tokenizer.encode(text, split_special_tokens=not control)
     return ids
-
-
-# --8<-- [end:render]

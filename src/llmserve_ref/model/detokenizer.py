@@ -45,7 +45,6 @@ from collections.abc import Iterable
 from llmserve_ref.model.tokenizer import Tokenizer
 
 
-# --8<-- [start:token_bytes]
 def _byte_alphabet() -> dict[str, int]:
     """GPT-2's map from the 256 printable stand-in characters back to the bytes they encode.
 
@@ -74,9 +73,6 @@ def token_bytes(tokenizer: Tokenizer) -> list[bytes]:
         else:
             pieces[i] = bytes(alphabet[c] for c in token)
     return pieces
-
-
-# --8<-- [end:token_bytes]
 
 
 # --8<-- [start:detokenizer]
@@ -162,7 +158,6 @@ class StopStrings:
 # --8<-- [end:stop_strings]
 
 
-# --8<-- [start:text_stream]
 class TextStream:
     """Per-sequence text state: token ids in, text to send out, and whether a stop string hit."""
 
@@ -179,6 +174,3 @@ class TextStream:
 
     def flush(self) -> str:
         return self.stops.feed(self.detokenizer.flush()) + self.stops.flush()
-
-
-# --8<-- [end:text_stream]

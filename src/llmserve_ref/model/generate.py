@@ -50,18 +50,10 @@ def generate(
     ``params.temperature == 0`` the choice is greedy and no randomness is used.
     """
     params = params or SamplingParams()
-    if not prompt_ids:
-        raise ValueError("prompt_ids is empty: start it with at least the <|bos|> token")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    config = model.config
+    check_prompt(prompt_ids, max_new_tokens, config.max_position_embeddings, config.vocab_size)
     # The last new token is yielded but never fed back, so it needs no position.
     positions = len(prompt_ids) + max_new_tokens - 1
-    if positions > model.config.max_position_embeddings:
-        raise ValueError(
-            f"{len(prompt_ids)} prompt tokens + {max_new_tokens} new tokens need "
-            f"{positions} positions, but the model's max_position_embeddings is "
-            f"{model.config.max_position_embeddings}"
-        )
     device = model.device
     if generator is None and params.seed is not None:
         generator = torch.Generator(device=device).manual_seed(params.seed)
@@ -71,8 +63,7 @@ def generate(
     logits = model(prompt, cache)[:, -1]  # prefill: the whole prompt in one pass
     output: list[int] = []
     while True:
-        output_ids = torch.tensor([output], dtype=torch.long, device=device)
-        token = next_token(logits, params, prompt, output_ids, generator, stop_token_ids)
+        token = next_token(logits, params, prompt_ids, output, generator, stop_token_ids)
         output.append(token)
         yield token
         if token in stop_token_ids or len(output) == max_new_tokens:
@@ -81,3 +72,28 @@ def generate(
 
 
 # --8<-- [end:generate]
+
+
+def check_prompt(prompt_ids: Sequence[int], max_tokens: int, max_len: int, vocab_size: int) -> None:
+    """Refuse a request no model can continue, with what to change.
+
+    The one home of these checks, for `generate`, speculative decoding and the
+    engines: the prompt must be non-empty, its ids in the vocabulary, at least one
+    new token asked for, and prompt plus `max_tokens` within `max_len` tokens (vLLM's
+    rule for ``max_model_len``).
+    """
+    if not prompt_ids:
+        raise ValueError("the prompt is empty: start it with at least the <|bos|> token")
+    outside = [t for t in prompt_ids if not 0 <= t < vocab_size]
+    if outside:
+        raise ValueError(
+            f"prompt token ids {outside} are outside the vocabulary [0, {vocab_size}); "
+            "encode the prompt with the model's own tokenizer"
+        )
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens (new tokens to generate) must be >= 1, got {max_tokens}")
+    if len(prompt_ids) + max_tokens > max_len:
+        raise ValueError(
+            f"{len(prompt_ids)} prompt tokens + {max_tokens} max_tokens exceed the maximum "
+            f"model length of {max_len} positions; shorten the prompt or max_tokens"
+        )

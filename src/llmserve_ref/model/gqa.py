@@ -177,6 +177,8 @@ def shared_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> to
     rows = q.view(batch, kv_heads, heads // kv_heads, d)
     scores = rows @ k.transpose(-1, -2) / math.sqrt(d)  # [b, kv, group, S]
     return (scores.softmax(dim=-1) @ v).view(batch, heads, 1, d)
+
+
 # --8<-- [end:attention]
 
 

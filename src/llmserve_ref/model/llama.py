@@ -11,8 +11,8 @@ The pieces, bottom up, one class each:
   which shrinks the KV cache by their ratio. One K/V head is MQA; as many as
   query heads is plain multi-head attention.
 * `MLP` is SwiGLU: ``down(silu(gate(x)) * up(x))``.
-* `Block` is pre-norm: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
-* `Llama` embeds tokens, runs the blocks, normalizes and projects to logits.
+* `DecoderLayer` is pre-norm: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
+* `Llama` embeds tokens, runs the decoder layers, normalizes and projects to logits.
 
 `Llama.forward` takes only the *new* tokens plus an optional `KVCache`. The
 same code path serves prefill (the whole prompt at once) and decode (one token
@@ -50,7 +50,6 @@ from llmserve_ref.kernels.grouped_attention import grouped_attention
 from llmserve_ref.model.kv_cache import KVCache, kv_elements
 
 
-# --8<-- [start:config]
 @dataclass
 class ModelConfig:
     """Model shape, with the field names of Hugging Face's ``LlamaConfig``."""
@@ -106,9 +105,6 @@ class ModelConfig:
         return cls(**{k: v for k, v in config.items() if k in names})
 
 
-# --8<-- [end:config]
-
-
 # --8<-- [start:rmsnorm]
 class RMSNorm(nn.Module):
     """``x / sqrt(mean(x²) + eps) * weight``, computed in float32 as Llama does."""
@@ -127,7 +123,7 @@ class RMSNorm(nn.Module):
 # --8<-- [end:rmsnorm]
 
 
-# --8<-- [start:rotate_half]
+# --8<-- [start:rope]
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """Swap the two halves of the last dim and negate the new first half: (a, b) → (-b, a).
 
@@ -138,10 +134,6 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-# --8<-- [end:rotate_half]
-
-
-# --8<-- [start:rope]
 class RotaryEmbedding(nn.Module):
     """Cosines and sines of ``position × θ^(-2i/d)`` for every position up to a maximum."""
 
@@ -252,8 +244,8 @@ class MLP(nn.Module):
 # --8<-- [end:mlp]
 
 
-# --8<-- [start:block]
-class Block(nn.Module):
+# --8<-- [start:decoder_layer]
+class DecoderLayer(nn.Module):
     """One pre-norm transformer layer: attention then MLP, each with a residual."""
 
     def __init__(self, config: ModelConfig) -> None:
@@ -275,10 +267,9 @@ class Block(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-# --8<-- [end:block]
+# --8<-- [end:decoder_layer]
 
 
-# --8<-- [start:llama]
 class Llama(nn.Module):
     """The decoder: token ids in, next-token logits out, at every input position."""
 
@@ -289,7 +280,9 @@ class Llama(nn.Module):
         self.model = nn.ModuleDict(
             {
                 "embed_tokens": nn.Embedding(config.vocab_size, config.hidden_size),
-                "layers": nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers)),
+                "layers": nn.ModuleList(
+                    DecoderLayer(config) for _ in range(config.num_hidden_layers)
+                ),
                 "norm": RMSNorm(config.hidden_size, config.rms_norm_eps),
             }
         )
@@ -397,6 +390,3 @@ class Llama(nn.Module):
             state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])
         model.load_state_dict(state)
         return model.to(device if device is not None else get_device(), dtype).eval()
-
-
-# --8<-- [end:llama]

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from llmserve_ref.kernels.grouped_attention import grouped_attention
-from llmserve_ref.model.llama import Block, ModelConfig, RotaryEmbedding
+from llmserve_ref.model.llama import DecoderLayer, ModelConfig, RotaryEmbedding
 
 
 # --8<-- [start:launch]
@@ -124,9 +124,11 @@ class RowParallelLinear(nn.Module):
 
 # --8<-- [start:tp_block]
 class TensorParallelBlock(nn.Module):
-    """A `model.Block` split over `world_size` ranks by attention heads and MLP width."""
+    """A `llama.DecoderLayer` split over `world_size` ranks by attention heads and MLP width."""
 
-    def __init__(self, block: Block, config: ModelConfig, rank: int, world_size: int) -> None:
+    def __init__(
+        self, block: DecoderLayer, config: ModelConfig, rank: int, world_size: int
+    ) -> None:
         super().__init__()
         if config.num_key_value_heads % world_size or config.intermediate_size % world_size:
             raise ValueError(
@@ -166,10 +168,10 @@ class TensorParallelBlock(nn.Module):
 # --8<-- [end:tp_block]
 
 
-def seeded_block(config: ModelConfig, seed: int = 0) -> tuple[Block, RotaryEmbedding]:
-    """The same random `Block` in every process that asks with the same seed."""
+def seeded_block(config: ModelConfig, seed: int = 0) -> tuple[DecoderLayer, RotaryEmbedding]:
+    """The same random `DecoderLayer` in every process that asks with the same seed."""
     torch.manual_seed(seed)
-    block = Block(config)
+    block = DecoderLayer(config)
     for p in block.parameters():
         nn.init.normal_(p, std=0.05)
     return block.eval(), RotaryEmbedding(
@@ -224,25 +226,38 @@ def pipeline_worker(
     spends `stage_seconds` per micro-batch: the layer, then a wait that stands in
     for the device computing (the processes share two CPU cores, so real compute
     on four of them would measure the operating system's scheduler instead).
+
+    Beside the wall-clock intervals (`busy`), each stage keeps a logical clock in
+    units of one stage's work (`ticks`): a micro-batch starts when the stage is free
+    and its input is done upstream (the upstream end tick travels with the
+    activations), and takes one tick. The ticks are the schedule the messages allow,
+    free of the noise of a shared machine's clock.
     """
     torch.manual_seed(0)
     layers = [nn.Linear(hidden, hidden) for _ in range(world_size)]
     inputs = torch.randn(micro_batches, 4, hidden, generator=torch.Generator().manual_seed(1))
-    busy, outputs, sends = [], [], []
+    busy, ticks, outputs, sends = [], [], [], []
+    free = 0  # the tick at which this stage is free again
     for i in range(micro_batches):
         x = inputs[i] if rank == 0 else torch.empty(4, hidden)
+        done_upstream = torch.zeros(1, dtype=torch.int64)
         if rank > 0:
             dist.recv(x, src=rank - 1)
+            dist.recv(done_upstream, src=rank - 1)
         start = time.perf_counter()
         with torch.no_grad():
             y = torch.tanh(layers[rank](x))
         time.sleep(max(0.0, stage_seconds - (time.perf_counter() - start)))
         busy.append((start, time.perf_counter()))
+        first = max(free, int(done_upstream))
+        free = first + 1
+        ticks.append((first, free))
         if rank < world_size - 1:
-            sends.append(dist.isend(y, dst=rank + 1))
+            end_tick = torch.tensor([free], dtype=torch.int64)
+            sends += [(y, dist.isend(y, dst=rank + 1)), (end_tick, dist.isend(end_tick, rank + 1))]
         else:
             outputs.append(y)
-    for request in sends:
+    for _, request in sends:  # the tensors stay referenced until their sends complete
         request.wait()
     expected = []
     if rank == world_size - 1:  # the whole model, sequentially, for comparison
@@ -251,7 +266,7 @@ def pipeline_worker(
                 for layer in layers:
                     x = torch.tanh(layer(x))
                 expected.append(x)
-    return {"busy": busy, "outputs": outputs, "expected": expected}
+    return {"busy": busy, "ticks": ticks, "outputs": outputs, "expected": expected}
 
 
 def bubble_fraction(busy_by_stage: list[list[tuple[float, float]]]) -> float:

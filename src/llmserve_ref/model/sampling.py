@@ -55,6 +55,15 @@ MIN_TEMPERATURE = 0.01  # a lower positive one samples as this (see `temperature
 MAX_LOGPROBS = 20  # top logprobs per token: OpenAI's chat limit, vLLM's default max_logprobs
 
 
+class SamplingParamError(ValueError):
+    """A sampling parameter out of its range. `field` names it, so that a caller (the
+    server's error body, say) can point at the field without reading the message."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field = field
+
+
 # --8<-- [start:params]
 @dataclass(frozen=True)
 class SamplingParams:
@@ -82,29 +91,31 @@ class SamplingParams:
         for name in ("frequency_penalty", "presence_penalty"):
             value = getattr(self, name)
             if not -2.0 <= value <= 2.0:
-                raise ValueError(
-                    f"{name} must be between -2.0 and 2.0 (OpenAI's range), got {value}"
+                raise SamplingParamError(
+                    name, f"must be between -2.0 and 2.0 (OpenAI's range), got {value}"
                 )
         for token, bias in (self.logit_bias or {}).items():
             if token < 0 or not -100.0 <= bias <= 100.0:
-                raise ValueError(
-                    f"logit_bias maps token ids (>= 0) to a bias in [-100, 100] (OpenAI's "
-                    f"range), got {token}: {bias}"
+                raise SamplingParamError(
+                    "logit_bias",
+                    f"maps token ids (>= 0) to a bias in [-100, 100] (OpenAI's range), got "
+                    f"{token}: {bias}",
                 )
         if self.min_tokens < 0:
-            raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
+            raise SamplingParamError("min_tokens", f"must be >= 0, got {self.min_tokens}")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            raise ValueError(
-                f"logprobs must be in [0, {MAX_LOGPROBS}] top tokens (vLLM's default "
-                f"max_logprobs), got {self.logprobs}"
+            raise SamplingParamError(
+                "logprobs",
+                f"must be in [0, {MAX_LOGPROBS}] top tokens (vLLM's default max_logprobs), "
+                f"got {self.logprobs}",
             )
 
     def check_vocab(self, vocab_size: int) -> None:
         """Refuse a `logit_bias` on a token id the model does not have."""
         outside = sorted(t for t in self.logit_bias or {} if t >= vocab_size)
         if outside:
-            raise ValueError(
-                f"logit_bias has token ids outside the vocabulary [0, {vocab_size}): {outside}"
+            raise SamplingParamError(
+                "logit_bias", f"has token ids outside the vocabulary [0, {vocab_size}): {outside}"
             )
 
 
@@ -113,30 +124,34 @@ class SamplingParams:
 
 def _check_temperature(t: float) -> None:
     if not 0 <= t <= MAX_TEMPERATURE:  # NaN fails this too
-        raise ValueError(
-            f"temperature must be in [0, {MAX_TEMPERATURE:g}] (0 means greedy; vLLM's range), "
-            f"got {t}"
+        raise SamplingParamError(
+            "temperature",
+            f"must be in [0, {MAX_TEMPERATURE:g}] (0 means greedy; vLLM's range), got {t}",
         )
 
 
 def _check_top_k(k: int) -> None:
     if k < 1:
-        raise ValueError(f"top_k must be an integer >= 1 (use None to disable it), got {k}")
+        raise SamplingParamError(
+            "top_k", f"must be an integer >= 1 (use None to disable it), got {k}"
+        )
 
 
 def _check_top_p(p: float) -> None:
     if not 0.0 < p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1] (1.0 keeps every token), got {p}")
+        raise SamplingParamError("top_p", f"must be in (0, 1] (1.0 keeps every token), got {p}")
 
 
 def _check_min_p(p: float) -> None:
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"min_p must be in [0, 1] (0.0 keeps every token), got {p}")
+        raise SamplingParamError("min_p", f"must be in [0, 1] (0.0 keeps every token), got {p}")
 
 
 def _check_repetition_penalty(penalty: float) -> None:
     if not 0 < penalty < math.inf:  # NaN fails this too
-        raise ValueError(f"repetition_penalty must be > 0 (1.0 means no penalty), got {penalty}")
+        raise SamplingParamError(
+            "repetition_penalty", f"must be > 0 (1.0 means no penalty), got {penalty}"
+        )
 
 
 # --8<-- [start:greedy]
@@ -248,7 +263,6 @@ def frequency_presence_penalty(
 # --8<-- [end:frequency_presence_penalty]
 
 
-# --8<-- [start:logit_bias]
 def logit_bias(logits: torch.Tensor, bias: Mapping[int, float]) -> torch.Tensor:
     """OpenAI's ``logit_bias``: add each listed token's bias to its logit.
 
@@ -259,10 +273,6 @@ def logit_bias(logits: torch.Tensor, bias: Mapping[int, float]) -> torch.Tensor:
     return logits.index_add(-1, ids, values.expand(*logits.shape[:-1], len(bias)))
 
 
-# --8<-- [end:logit_bias]
-
-
-# --8<-- [start:min_tokens]
 def min_tokens(
     logits: torch.Tensor, num_output: int, minimum: int, stop_token_ids: Collection[int]
 ) -> torch.Tensor:
@@ -271,9 +281,6 @@ def min_tokens(
         return logits
     ids = torch.tensor(sorted(stop_token_ids), dtype=torch.long, device=logits.device)
     return logits.index_fill(-1, ids, NEG_INF)
-
-
-# --8<-- [end:min_tokens]
 
 
 # --8<-- [start:process_logits]
@@ -331,16 +338,21 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
 def next_token(
     logits: torch.Tensor,
     params: SamplingParams,
-    prompt_ids: torch.Tensor | None = None,
-    output_ids: torch.Tensor | None = None,
+    prompt_ids: Sequence[int] = (),
+    output_ids: Sequence[int] = (),
     generator: torch.Generator | None = None,
     stop_token_ids: Collection[int] = (),
 ) -> int:
     """The next token of one sequence from its logits ``[1, vocab]``: every sampler, then a pick.
 
+    The one home of logits-to-token for a single sequence (`generate` and the engines).
     Greedy at temperature 0 (no randomness used), else one draw with `generator`.
     """
-    logits = process_logits(logits.float(), params, prompt_ids, output_ids, stop_token_ids)
+    prompt, output = (
+        torch.tensor([list(ids)], dtype=torch.long, device=logits.device)
+        for ids in (prompt_ids, output_ids)
+    )
+    logits = process_logits(logits.float(), params, prompt, output, stop_token_ids)
     if params.temperature == 0:
         return int(greedy(logits)[0])
     return int(sample(logits.softmax(dim=-1), generator)[0])
@@ -349,7 +361,6 @@ def next_token(
 # --8<-- [end:next_token]
 
 
-# --8<-- [start:logprobs]
 @dataclass(frozen=True, slots=True)
 class TokenLogprobs:
     """How likely the model found a sampled token, and the most likely tokens at its place."""
@@ -378,6 +389,3 @@ def token_logprobs(
         TokenLogprobs(lp, tuple(zip(top_ids[i][:k], values[i][:k], strict=True)))
         for i, (lp, k) in enumerate(zip(chosen, num_top, strict=True))
     ]
-
-
-# --8<-- [end:logprobs]

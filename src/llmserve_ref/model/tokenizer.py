@@ -67,7 +67,6 @@ CHAT_TEMPLATE = (
 )
 
 
-# --8<-- [start:tokenizer]
 class Tokenizer:
     """A thin wrapper over a Hugging Face `tokenizers.Tokenizer`: text in, ids out, and back."""
 
@@ -161,6 +160,3 @@ class Tokenizer:
         (directory / "special_tokens_map.json").write_text(
             json.dumps({**special, "additional_special_tokens": [USER, ASSISTANT]}, indent=2) + "\n"
         )
-
-
-# --8<-- [end:tokenizer]

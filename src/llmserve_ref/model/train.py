@@ -87,16 +87,12 @@ SCHEDULES = {
 }
 
 
-# --8<-- [start:schedule]
 def learning_rate(cfg: TrainConfig, step: int) -> float:
     """Linear warmup to `cfg.lr`, then cosine decay to a tenth of it at the last step."""
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
     progress = (step - cfg.warmup) / max(1, cfg.steps - 1 - cfg.warmup)
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-# --8<-- [end:schedule]
 
 
 def train_tokenizer(documents: list[str]) -> Tokenizer:
@@ -144,7 +140,6 @@ def evaluate(model: Llama, stream: torch.Tensor, seq_len: int, batch_size: int =
     return total / n
 
 
-# --8<-- [start:train_model]
 def train_model(
     config: ModelConfig, schedule: TrainConfig, train: torch.Tensor
 ) -> tuple[Llama, dict]:
@@ -183,9 +178,6 @@ def train_model(
         "schedule": asdict(schedule),
     }
     return model.eval(), record
-
-
-# --8<-- [end:train_model]
 
 
 def train_all(

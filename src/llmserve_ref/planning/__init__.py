@@ -1,1 +1,1 @@
-"""Planning: numbers before hardware (KV math, catalogs, roofline, simulator, capacity)."""
+"""Planning: numbers before hardware. Its modules: see `llmserve_ref`'s map."""

@@ -38,8 +38,9 @@ from llmserve_ref.planning.hardware import GPU
 from llmserve_ref.planning.kv_math import kv_cache_budget, max_kv_tokens, weight_bytes
 from llmserve_ref.planning.model_catalog import CatalogModel
 from llmserve_ref.planning.roofline import ROOFLINE, VLLM_H100, Efficiency, StepCost
-from llmserve_ref.planning.simulator import SLO, Pool, simulate
-from llmserve_ref.planning.workload import Fixed, Lengths, LogNormal, generate
+from llmserve_ref.planning.simulator import Pool, simulate
+from llmserve_ref.planning.slo import SLO
+from llmserve_ref.planning.workload import Fixed, Lengths, LogNormal, sample_workload
 
 
 def lengths(median: int, sigma: float, high: int = 8000) -> Lengths:
@@ -111,7 +112,9 @@ class Benchmark:
         return self.num_prompts * (self.input_len + self.output_len)
 
     def workload(self):
-        return generate(self.num_prompts, math.inf, Fixed(self.input_len), Fixed(self.output_len))
+        return sample_workload(
+            self.num_prompts, math.inf, Fixed(self.input_len), Fixed(self.output_len)
+        )
 
 
 @dataclass
@@ -193,7 +196,7 @@ class Load:
     burstiness: float = 1.0
 
     def workload(self, rate: float, num_requests: int, seed: int = 0):
-        return generate(
+        return sample_workload(
             num_requests,
             rate,
             self.prompt_len,

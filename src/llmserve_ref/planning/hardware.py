@@ -51,7 +51,6 @@ def dense(sparse_tflops: float) -> float:
     return sparse_tflops * TERA / 2
 
 
-# --8<-- [start:gpu]
 @dataclass(frozen=True)
 class GPU:
     """One accelerator: memory, bandwidth, dense peaks, its link to other GPUs, and sources.
@@ -87,13 +86,9 @@ class GPU:
         return self.peak_flops(dtype) / self.memory_bandwidth
 
 
-# --8<-- [end:gpu]
-
-
 NVIDIA = "https://www.nvidia.com/en-us/data-center"
 A100 = f"{NVIDIA}/a100/ (A100 datasheet: 312 TFLOPS dense bf16; NVLink 600 GB/s)"
 
-# --8<-- [start:catalog]
 GPUS: tuple[GPU, ...] = (
     GPU(
         "L4",
@@ -227,7 +222,6 @@ ACCELERATORS: tuple[GPU, ...] = (
         40 * 128 * 2 * 1.678e9,
     ),
 )
-# --8<-- [end:catalog]
 
 
 def gpu(name: str) -> GPU:

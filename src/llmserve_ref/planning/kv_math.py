@@ -111,7 +111,7 @@ def as_kv_format(kv_dtype: str | KVFormat) -> KVFormat:
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelShape:
     """The attention shape of a decoder-only transformer, as far as its KV cache is concerned.
 
     `head_dim` is the width of one head (for MLA, the paper's d_h = v_head_dim).
@@ -191,8 +191,8 @@ class ModelConfig:
             )
 
 
-def from_hf_config(config: Mapping[str, Any], name: str | None = None) -> ModelConfig:
-    """Read a Hugging Face `config.json` (as a dict) into a `ModelConfig`.
+def from_hf_config(config: Mapping[str, Any], name: str | None = None) -> ModelShape:
+    """Read a Hugging Face `config.json` (as a dict) into a `ModelShape`.
 
     Older configs omit `num_key_value_heads` (MHA: one KV head per query head)
     and most omit `head_dim` (then hidden_size / num_attention_heads). DeepSeek's
@@ -238,7 +238,7 @@ def from_hf_config(config: Mapping[str, Any], name: str | None = None) -> ModelC
         )
     else:
         head_dim = hidden // heads
-    return ModelConfig(
+    return ModelShape(
         name=name,
         num_layers=config["num_hidden_layers"],
         num_attention_heads=heads,
@@ -252,7 +252,7 @@ def from_hf_config(config: Mapping[str, Any], name: str | None = None) -> ModelC
     )
 
 
-def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
+def to_hf_config(cfg: ModelShape) -> dict[str, Any]:
     """The `config.json` fields that `from_hf_config` reads back into `cfg`."""
     fields: dict[str, Any] = {
         "num_hidden_layers": cfg.num_layers,
@@ -274,7 +274,7 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
 
 
 # --8<-- [start:bytes_per_token]
-def kv_elements_per_layer(cfg: ModelConfig, tensor_parallel: int = 1) -> int:
+def kv_elements_per_layer(cfg: ModelShape, tensor_parallel: int = 1) -> int:
     """Elements one layer caches for one token, on each of `tensor_parallel` GPUs.
 
     Query heads never appear: GQA and MQA cache only their KV heads. Tensor
@@ -290,7 +290,7 @@ def kv_elements_per_layer(cfg: ModelConfig, tensor_parallel: int = 1) -> int:
 
 
 def kv_bytes_per_token(
-    cfg: ModelConfig, kv_dtype: str | KVFormat = "bf16", *, tensor_parallel: int = 1
+    cfg: ModelShape, kv_dtype: str | KVFormat = "bf16", *, tensor_parallel: int = 1
 ) -> int:
     """Bytes the cache grows by for one token of one sequence, on each GPU.
 
@@ -307,7 +307,7 @@ def kv_bytes_per_token(
 
 # --8<-- [start:per_sequence]
 def kv_bytes_per_sequence(
-    cfg: ModelConfig,
+    cfg: ModelShape,
     context_len: int,
     kv_dtype: str | KVFormat = "bf16",
     *,
@@ -319,7 +319,7 @@ def kv_bytes_per_sequence(
 
 
 def kv_bytes_per_batch(
-    cfg: ModelConfig,
+    cfg: ModelShape,
     context_len: int,
     batch_size: int,
     kv_dtype: str | KVFormat = "bf16",
@@ -369,7 +369,7 @@ def kv_cache_budget(
 
 
 def max_kv_tokens(
-    cfg: ModelConfig,
+    cfg: ModelShape,
     budget_bytes: int,
     kv_dtype: str | KVFormat = "bf16",
     *,
@@ -381,7 +381,7 @@ def max_kv_tokens(
 
 
 def sequences_that_fit(
-    cfg: ModelConfig,
+    cfg: ModelShape,
     context_len: int,
     budget_bytes: int,
     kv_dtype: str | KVFormat = "bf16",

@@ -17,8 +17,9 @@ you delivers, with the method spelled out:
   interleaved round by round (`interleaved`), so that a slow spell on a shared
   machine hits all of them alike and their ratios stay meaningful.
 
-`decode_steppers` builds decode steps of a real `Llama` at several batch sizes, which
-the roofline page times side by side and compares with `StepCost`'s prediction.
+`decode_steppers` builds decode steps of a real `Llama` at several batch sizes (with
+`llmserve_ref.model.forward_step`), which the roofline page times side by side and
+compares with `StepCost`'s prediction.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from contextlib import contextmanager
 import torch
 
 from llmserve_ref.device import get_device
+from llmserve_ref.model.forward_step import forward_step
 from llmserve_ref.model.llama import Llama, ModelConfig
 from llmserve_ref.planning.roofline import Roof
 
@@ -134,28 +136,15 @@ def random_llama(config: ModelConfig = PROBE_CONFIG, device: torch.device | None
     return Llama(config).to(device or get_device()).eval()
 
 
-@torch.inference_mode()
 def decode_steppers(
-    model: Llama, batch_sizes: Iterable[int], context: int, max_steps: int
+    model: Llama, batch_sizes: Iterable[int], context: int
 ) -> dict[int, Callable[[], object]]:
-    """For each batch size, a call that runs one decode step after a `context`-token prompt.
+    """For each batch size, a call that runs one decode step after `context` cached tokens.
 
-    Each batch gets its own cache, prefilled once; every call appends one token
-    per sequence, up to `max_steps` calls.
+    Each batch has its own cache; every call decodes the same token at the same
+    context, so a call can repeat forever.
     """
-    steppers = {}
-    for batch in batch_sizes:
-        cache = model.make_cache(batch_size=batch, max_len=context + max_steps)
-        prompt = torch.randint(model.config.vocab_size, (batch, context), device=model.device)
-        model(prompt, cache)
-        token = torch.zeros(batch, 1, dtype=torch.long, device=model.device)
-
-        def step(cache=cache, token=token):
-            with torch.inference_mode():
-                return model(token, cache)
-
-        steppers[batch] = step
-    return steppers
+    return {batch: forward_step(model, batch, context, width=1) for batch in batch_sizes}
 
 
 # --8<-- [end:decode]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmserve_ref.planning.hardware import GPUS
-from llmserve_ref.planning.kv_math import DTYPE_BITS, ModelConfig, from_hf_config
+from llmserve_ref.planning.kv_math import DTYPE_BITS, ModelShape, from_hf_config
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class CatalogModel:
     config_json: dict[str, Any]
 
     @property
-    def config(self) -> ModelConfig:
+    def config(self) -> ModelShape:
         return from_hf_config(self.config_json, name=self.name)
 
     @property
@@ -161,7 +161,7 @@ def match_config(config_json: dict[str, Any]) -> CatalogModel | None:
     return None
 
 
-def config_as_dict(cfg: ModelConfig) -> dict:
+def config_as_dict(cfg: ModelShape) -> dict:
     """The fields of a config the page's calculator reads, as it receives them in JSON."""
     return {
         "num_layers": cfg.num_layers,
@@ -185,8 +185,12 @@ def catalog_as_json() -> str:
     ('Llama-3.1-8B', 8, 8)
     """
     models = [
-        {"name": m.name, "source": m.source, "num_parameters": m.num_parameters,
-         **config_as_dict(m.config)}
+        {
+            "name": m.name,
+            "source": m.source,
+            "num_parameters": m.num_parameters,
+            **config_as_dict(m.config),
+        }
         for m in MODELS
     ]
     gpus = [{"name": g.name, "memory_bytes": g.memory_bytes, "source": g.source} for g in GPUS]

@@ -8,10 +8,10 @@ per sequence per step, because each token is an input to the next step. A loop
 tokens it recomputes all of them, `context + 1` tokens per new token.
 
 Each function here returns a call that runs one such pass on a `Llama`, with
-its inputs and cache allocated beforehand, so that timing the call (with
-`llmserve_ref.planning.measure.interleaved`) times the pass and nothing else. Token ids
-are zeros and the cache holds zeros: the time of a forward pass does not depend
-on the values, only on the shapes.
+its inputs and cache allocated beforehand (by `llmserve_ref.model.forward_step`),
+so that timing the call (with `llmserve_ref.planning.measure.interleaved`) times
+the pass and nothing else. Token ids are zeros and the cache holds zeros: the
+time of a forward pass does not depend on the values, only on the shapes.
 
 >>> import torch
 >>> from llmserve_ref.model.llama import Llama, ModelConfig
@@ -31,59 +31,24 @@ from collections.abc import Callable
 
 import torch
 
+from llmserve_ref.model.forward_step import forward_step
 from llmserve_ref.model.llama import Llama
 
 
 # --8<-- [start:steps]
-def _check(model: Llama, batch_size: int, tokens: int) -> None:
-    if batch_size < 1 or tokens < 1:
-        raise ValueError(f"batch_size and token counts must be >= 1, got {batch_size} and {tokens}")
-    if tokens > model.config.max_position_embeddings:
-        raise ValueError(
-            f"{tokens} positions needed but the model's max_position_embeddings is "
-            f"{model.config.max_position_embeddings}; use a shorter context"
-        )
-
-
 def prefill_step(model: Llama, batch_size: int, prompt_len: int) -> Callable[[], torch.Tensor]:
     """A call that prefills `batch_size` prompts of `prompt_len` tokens into an empty cache."""
-    _check(model, batch_size, prompt_len)
-    prompt = torch.zeros(batch_size, prompt_len, dtype=torch.long, device=model.device)
-    cache = model.make_cache(batch_size, prompt_len)
-
-    @torch.inference_mode()
-    def step() -> torch.Tensor:
-        cache.truncate(0)  # empty again: every call is the same prefill
-        return model(prompt, cache)
-
-    return step
+    return forward_step(model, batch_size, context=0, width=prompt_len)
 
 
 def decode_step(model: Llama, batch_size: int, context: int) -> Callable[[], torch.Tensor]:
     """A call that decodes one token for each of `batch_size` sequences of `context` tokens."""
-    _check(model, batch_size, context + 1)
-    token = torch.zeros(batch_size, 1, dtype=torch.long, device=model.device)
-    cache = model.make_cache(batch_size, context + 1)
-
-    @torch.inference_mode()
-    def step() -> torch.Tensor:
-        cache.truncate(0)
-        cache.advance(context)  # `context` positions count as filled; the step adds one
-        return model(token, cache)
-
-    return step
+    return forward_step(model, batch_size, context, width=1)
 
 
 def recompute_step(model: Llama, context: int) -> Callable[[], torch.Tensor]:
     """`decode_step` without a cache: the same new token, by recomputing all `context + 1`."""
-    _check(model, 1, context + 1)
-    ids = torch.zeros(1, context + 1, dtype=torch.long, device=model.device)
-
-    @torch.inference_mode()
-    def step() -> torch.Tensor:
-        return model(ids)
-
-    return step
+    return forward_step(model, 1, context, width=1, use_cache=False)
 
 
 # --8<-- [end:steps]

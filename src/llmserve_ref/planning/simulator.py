@@ -42,7 +42,8 @@ from typing import Protocol
 import numpy as np
 
 from llmserve_ref.engine.scheduler import Request, RequestStatus, Scheduler, SchedulerConfig
-from llmserve_ref.planning.kv_math import KVFormat, ModelConfig, kv_bytes_per_token
+from llmserve_ref.planning.kv_math import KVFormat, ModelShape, kv_bytes_per_token
+from llmserve_ref.planning.slo import SLO
 from llmserve_ref.planning.workload import RequestSpec
 
 
@@ -67,7 +68,7 @@ class Pool:
 
 # --8<-- [start:transfer]
 def kv_transfer(
-    cfg: ModelConfig, link_bandwidth: float, kv_dtype: str | KVFormat = "bf16"
+    cfg: ModelShape, link_bandwidth: float, kv_dtype: str | KVFormat = "bf16"
 ) -> Callable[[int], float]:
     """Seconds to send a prompt's KV cache over a link of `link_bandwidth` bytes/s, one way.
 
@@ -112,16 +113,9 @@ class RequestMetrics:
     def e2e_latency(self) -> float:
         return self.finish_time - self.arrival_time
 
-
-@dataclass(frozen=True)
-class SLO:
-    """Latency targets a request must meet to count towards goodput."""
-
-    ttft: float
-    tpot: float
-
-    def met_by(self, m: RequestMetrics) -> bool:
-        return m.ttft <= self.ttft and (m.output_len == 1 or m.tpot <= self.tpot)
+    def meets(self, slo: SLO) -> bool:
+        """Whether this request met every latency target of `slo`."""
+        return slo.met_by(self.ttft, self.tpot, self.e2e_latency)
 
 
 # --8<-- [end:metrics]
@@ -160,12 +154,12 @@ class SimResult:
         return len(self.requests) / self.duration
 
     def goodput(self, slo: SLO) -> float:
-        """Requests per second that met both latency targets."""
-        return sum(slo.met_by(m) for m in self.requests) / self.duration
+        """Requests per second that met every latency target."""
+        return sum(m.meets(slo) for m in self.requests) / self.duration
 
     def attainment(self, slo: SLO) -> float:
-        """The fraction of requests that met both latency targets."""
-        return sum(slo.met_by(m) for m in self.requests) / len(self.requests)
+        """The fraction of requests that met every latency target."""
+        return sum(m.meets(slo) for m in self.requests) / len(self.requests)
 
     def percentile(self, metric: str, q: float) -> float:
         """The `q`-th percentile of "ttft", "tpot" or "e2e_latency" (one-token outputs left out).
@@ -201,6 +195,113 @@ def _route(instances: list[_Instance], request: Request, now: float) -> None:
     instance.scheduler.add_request(request)
 
 
+class _Run:
+    """One simulation in progress: the instances, the events not yet delivered, the metrics."""
+
+    def __init__(
+        self,
+        workload: Sequence[RequestSpec],
+        pools: Sequence[Pool],
+        kv_transfer_time: Callable[[int], float],
+        record_steps: bool,
+    ) -> None:
+        self.metrics = {
+            r.request_id: RequestMetrics(r.request_id, r.arrival_time, r.prompt_len, r.output_len)
+            for r in workload
+        }
+        # One list per pool; instances are numbered across pools, in pool order.
+        self.pools: list[list[_Instance]] = []
+        for p in pools:
+            start = sum(len(group) for group in self.pools)
+            self.pools.append(
+                [_Instance(start + i, Scheduler(p.config), p.cost) for i in range(p.num_instances)]
+            )
+        self.disaggregated = len(pools) == 2
+        self.arrivals = sorted(workload, key=lambda r: r.arrival_time)[::-1]  # pop(): earliest
+        self.handoffs: list[tuple[float, int, Request]] = []  # (ready time, tie-break, request)
+        self.tie_break = itertools.count()
+        self.kv_transfer_time = kv_transfer_time
+        self.record_steps = record_steps
+        self.steps: list[StepRecord] = []
+        self.num_steps = 0
+
+    def next_event(self) -> Callable[[], None] | None:
+        """The earliest of the next arrival, hand-off and step (in that order on a tie);
+        None when every request is served."""
+        busy = [i for group in self.pools for i in group if i.scheduler.has_unfinished_requests()]
+        instance = min(busy, key=lambda i: i.clock) if busy else None
+        t_step = instance.clock if instance else math.inf
+        t_arrival = self.arrivals[-1].arrival_time if self.arrivals else math.inf
+        t_handoff = self.handoffs[0][0] if self.handoffs else math.inf
+        if self.arrivals and t_arrival <= min(t_step, t_handoff):
+            return self.arrive
+        if self.handoffs and t_handoff <= t_step:
+            return self.hand_over
+        if instance is not None:
+            return lambda: self.step(instance)
+        return None
+
+    def arrive(self) -> None:
+        """Route the next arrival to the first pool; a prefill pool stops it after one token."""
+        spec = self.arrivals.pop()
+        max_tokens = 1 if self.disaggregated else spec.output_len
+        request = Request(spec.request_id, spec.prompt_len, max_tokens)
+        _route(self.pools[0], request, spec.arrival_time)
+
+    def hand_over(self) -> None:
+        """Route the next prefilled request whose KV cache has arrived to the decode pool."""
+        ready, _, request = heapq.heappop(self.handoffs)
+        _route(self.pools[1], request, ready)
+
+    def step(self, instance: _Instance) -> None:
+        """Run one scheduler step on `instance`, for as long as its cost model predicts."""
+        out = instance.scheduler.schedule()
+        if not out.num_scheduled_tokens:
+            raise RuntimeError(f"instance {instance.index} has requests but ran nothing")
+        duration = instance.cost.step_time(
+            out.total_num_scheduled_tokens, out.kv_tokens_read, out.attention_pairs
+        )
+        if self.record_steps:
+            self.steps.append(
+                StepRecord(instance.index, instance.clock, duration, out.num_scheduled_tokens)
+            )
+        instance.clock += duration
+        self.num_steps += 1
+        for request_id in out.preempted:
+            self.metrics[request_id].num_preemptions += 1
+        for request in instance.scheduler.update_from_output(out):
+            self.record_token(request, instance.clock)
+
+    def record_token(self, request: Request, now: float) -> None:
+        """Time a request that got a token at `now`: its first token, its last, or the last
+        one of a prefill pool, after which its KV cache goes to the decode pool."""
+        m = self.metrics[request.request_id]
+        if math.isnan(m.first_token_time):
+            m.first_token_time = now
+        if request.status is not RequestStatus.FINISHED:
+            return
+        if request.max_tokens < m.output_len:  # only prefilled
+            self.send_kv_cache(m, now)
+        else:
+            m.finish_time = now
+
+    def send_kv_cache(self, m: RequestMetrics, now: float) -> None:
+        """Queue a prefilled request for the decode pool, ready once its KV cache arrives:
+        its prompt is computed there and its first token already sampled."""
+        handed = Request(
+            m.request_id,
+            m.prompt_len,
+            m.output_len,
+            num_computed_tokens=m.prompt_len,
+            num_output_tokens=1,
+        )
+        ready = now + self.kv_transfer_time(m.prompt_len)
+        heapq.heappush(self.handoffs, (ready, next(self.tie_break), handed))
+
+    def result(self) -> SimResult:
+        return SimResult(list(self.metrics.values()), self.num_steps, self.steps)
+
+
 def simulate(
     workload: Sequence[RequestSpec],
     pool: Pool,
@@ -210,72 +311,11 @@ def simulate(
     record_steps: bool = False,
 ) -> SimResult:
     """Serve `workload` on `pool` (colocated) or on `pool` then `decode` (disaggregated)."""
-    metrics = {
-        r.request_id: RequestMetrics(r.request_id, r.arrival_time, r.prompt_len, r.output_len)
-        for r in workload
-    }
     pools = [pool] if decode is None else [pool, decode]
-    instances: list[list[_Instance]] = []
-    for p in pools:
-        start = sum(len(group) for group in instances)
-        instances.append(
-            [_Instance(start + i, Scheduler(p.config), p.cost) for i in range(p.num_instances)]
-        )
-    everyone = [i for group in instances for i in group]
-    arrivals = sorted(workload, key=lambda r: r.arrival_time)[::-1]  # pop() takes the earliest
-    handoffs: list[tuple[float, int, Request]] = []  # (ready time, tie-break, request)
-    tie_break = itertools.count()
-    steps: list[StepRecord] = []
-    num_steps = 0
-    while True:
-        busy = [i for i in everyone if i.scheduler.has_unfinished_requests()]
-        next_step = min(busy, key=lambda i: i.clock) if busy else None
-        t_step = next_step.clock if next_step else math.inf
-        t_arrival = arrivals[-1].arrival_time if arrivals else math.inf
-        t_handoff = handoffs[0][0] if handoffs else math.inf
-        if t_arrival <= min(t_step, t_handoff) and arrivals:
-            spec = arrivals.pop()
-            max_tokens = spec.output_len if decode is None else 1  # a prefill pool stops there
-            _route(instances[0], Request(spec.request_id, spec.prompt_len, max_tokens), t_arrival)
-        elif t_handoff <= t_step and handoffs:
-            _route(instances[1], heapq.heappop(handoffs)[2], t_handoff)
-        elif next_step is None:
-            break
-        else:
-            instance = next_step
-            out = instance.scheduler.schedule()
-            if not out.num_scheduled_tokens:
-                raise RuntimeError(f"instance {instance.index} has requests but ran nothing")
-            duration = instance.cost.step_time(
-                out.total_num_scheduled_tokens, out.kv_tokens_read, out.attention_pairs
-            )
-            if record_steps:
-                steps.append(
-                    StepRecord(instance.index, instance.clock, duration, out.num_scheduled_tokens)
-                )
-            instance.clock += duration
-            num_steps += 1
-            for request_id in out.preempted:
-                metrics[request_id].num_preemptions += 1
-            for request in instance.scheduler.update_from_output(out):
-                m = metrics[request.request_id]
-                if math.isnan(m.first_token_time):
-                    m.first_token_time = instance.clock
-                if request.status is not RequestStatus.FINISHED:
-                    continue
-                if request.max_tokens < m.output_len:  # prefilled: hand the KV cache over
-                    handed = Request(
-                        request.request_id,
-                        m.prompt_len,
-                        m.output_len,
-                        num_computed_tokens=m.prompt_len,
-                        num_output_tokens=1,
-                    )
-                    ready = instance.clock + kv_transfer_time(m.prompt_len)
-                    heapq.heappush(handoffs, (ready, next(tie_break), handed))
-                else:
-                    m.finish_time = instance.clock
-    return SimResult(list(metrics.values()), num_steps, steps)
+    run = _Run(workload, pools, kv_transfer_time, record_steps)
+    while (event := run.next_event()) is not None:
+        event()
+    return run.result()
 
 
 # --8<-- [end:simulate]

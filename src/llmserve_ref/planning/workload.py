@@ -11,7 +11,7 @@ Lengths come from a `Lengths` distribution: `Fixed`, `Uniform`, or `LogNormal`,
 a heavy tail clipped to a range, the shape that prompt and output lengths of
 chat traces tend to have (many short, a few very long).
 
->>> w = generate(3, rate=2.0, prompt_len=Fixed(100), output_len=Uniform(10, 20), seed=0)
+>>> w = sample_workload(3, rate=2.0, prompt_len=Fixed(100), output_len=Uniform(10, 20), seed=0)
 >>> [(r.request_id, round(r.arrival_time, 2), r.prompt_len, r.output_len) for r in w]
 [('0', 0.34, 100, 10), ('1', 0.85, 100, 10), ('2', 0.86, 100, 11)]
 """
@@ -82,7 +82,7 @@ class LogNormal:
 # --8<-- [end:lengths]
 
 
-# --8<-- [start:generate]
+# --8<-- [start:sample_workload]
 def arrival_times(
     num_requests: int, rate: float, burstiness: float, rng: np.random.Generator
 ) -> np.ndarray:
@@ -95,7 +95,7 @@ def arrival_times(
     return np.cumsum(gaps)
 
 
-def generate(
+def sample_workload(
     num_requests: int,
     rate: float,
     prompt_len: Lengths,
@@ -117,4 +117,4 @@ def generate(
     ]
 
 
-# --8<-- [end:generate]
+# --8<-- [end:sample_workload]

@@ -1,1 +1,1 @@
-"""Serving: the HTTP face (OpenAI-compatible server, metrics, benchmark client, GGUF export)."""
+"""Serving: the HTTP face. Its modules: see `llmserve_ref`'s map."""

@@ -28,7 +28,7 @@ server not to stop at its end token (vLLM, SGLang and llama.cpp honour it); a
 server that stops early anyway returns fewer tokens than `max_tokens`, which the
 summary counts as "stopped before max_tokens".
 
->>> lengths("32"), lengths("uniform:16:64"), lengths("lognormal:100:0.5")
+>>> parse_lengths("32"), parse_lengths("uniform:16:64"), parse_lengths("lognormal:100:0.5")
 (Fixed(length=32), Uniform(low=16, high=64), LogNormal(median=100.0, sigma=0.5, low=1, high=32768))
 """
 
@@ -42,7 +42,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
@@ -53,9 +53,16 @@ import numpy as np
 from llmserve_ref.model.corpus import heldout_documents
 from llmserve_ref.model.tokenizer import Tokenizer
 from llmserve_ref.model.weights import TARGET_DIR
-from llmserve_ref.planning.workload import Fixed, Lengths, LogNormal, RequestSpec, Uniform, generate
+from llmserve_ref.planning.slo import SLO
+from llmserve_ref.planning.workload import (
+    Fixed,
+    Lengths,
+    LogNormal,
+    RequestSpec,
+    Uniform,
+    sample_workload,
+)
 from llmserve_ref.serving.bench_metrics import (
-    SLO,
     Origin,
     RequestRecord,
     Summary,
@@ -66,7 +73,6 @@ from llmserve_ref.serving.bench_metrics import (
 )
 
 
-# --8<-- [start:config]
 @dataclass(frozen=True)
 class BenchConfig:
     """What to send, where, and in which load shape.
@@ -104,10 +110,6 @@ class BenchConfig:
             raise ValueError("an infinite request rate sends everything at once: give num_requests")
 
 
-# --8<-- [end:config]
-
-
-# --8<-- [start:prompts]
 @functools.cache
 def _corpus_ids() -> tuple[Tokenizer, np.ndarray]:
     tokenizer = Tokenizer.from_file(TARGET_DIR)
@@ -131,15 +133,12 @@ def make_prompt(num_tokens: int, rng: np.random.Generator) -> str:
     return tokenizer.decode(ids[start : start + num_tokens].tolist())
 
 
-# --8<-- [end:prompts]
-
-
 def request_specs(config: BenchConfig) -> Iterator[RequestSpec]:
     """The run's requests in order, as many as asked (unbounded in duration mode)."""
     rate = math.inf if config.request_rate is None else config.request_rate
     offset, block = 0.0, 0
     while True:
-        batch = generate(
+        batch = sample_workload(
             1024,
             rate,
             config.prompt_len,
@@ -287,6 +286,31 @@ class Progress:
         self.stream.write("\n")
 
 
+# Send one request (its spec, its prompt, when it was due) and record it.
+Send = Callable[[RequestSpec, str, float], Awaitable[RequestRecord]]
+
+
+def prompted_specs(config: BenchConfig) -> Iterator[tuple[RequestSpec, str]]:
+    """The run's requests in order, each with its prompt, drawn from `seed`."""
+    rng = np.random.default_rng(config.seed)
+    return ((spec, make_prompt(spec.prompt_len, rng)) for spec in request_specs(config))
+
+
+def warmup_requests(config: BenchConfig) -> list[tuple[RequestSpec, str]]:
+    """The `warmup` requests: short, with prompts of their own seed, never recorded."""
+    rng = np.random.default_rng([config.seed, 1])
+    return [(RequestSpec(f"{i}", 0.0, 16, 8), make_prompt(16, rng)) for i in range(config.warmup)]
+
+
+def http_client(config: BenchConfig) -> httpx.AsyncClient:
+    """An HTTP client for the server: no cap on connections (the load shape is the only
+    limit), the API key if there is one, and `base_url` with or without its ``/v1``."""
+    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    root = config.base_url.rstrip("/").removesuffix("/v1")  # OpenAI clients' style works too
+    return httpx.AsyncClient(base_url=root, headers=headers, limits=limits, timeout=config.timeout)
+
+
 # --8<-- [start:run]
 @dataclass
 class BenchResult:
@@ -300,54 +324,62 @@ class BenchResult:
         return summarize(self.records, self.duration, slo, origin)
 
 
+async def closed_loop(
+    config: BenchConfig, specs: Iterator[tuple[RequestSpec, str]], send: Send, t0: float
+) -> list[RequestRecord]:
+    """`concurrency` users sharing one queue of requests, each sending its next request
+    when its previous one finished (and none after `duration`), in request order."""
+
+    async def user() -> list[RequestRecord]:
+        mine = []
+        for spec, prompt in specs:
+            if config.duration is not None and time.perf_counter() - t0 > config.duration:
+                break
+            mine.append(await send(spec, prompt, time.perf_counter() - t0))
+        return mine
+
+    per_user = await asyncio.gather(*(user() for _ in range(config.concurrency)))
+    return sorted((r for rs in per_user for r in rs), key=lambda r: r.index)
+
+
+async def open_loop(
+    config: BenchConfig, specs: Iterator[tuple[RequestSpec, str]], send: Send, t0: float
+) -> list[RequestRecord]:
+    """Each request sent when it is due, whether or not earlier ones have finished,
+    unless `max_concurrency` holds it back in the client until a slot frees up."""
+    gate = asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else None
+
+    async def due(spec: RequestSpec, prompt: str) -> RequestRecord:
+        if gate is None:
+            return await send(spec, prompt, spec.arrival_time)
+        async with gate:
+            return await send(spec, prompt, spec.arrival_time)
+
+    tasks = []
+    for spec, prompt in specs:
+        await asyncio.sleep(max(0.0, t0 + spec.arrival_time - time.perf_counter()))
+        tasks.append(asyncio.create_task(due(spec, prompt)))
+    return list(await asyncio.gather(*tasks))
+
+
 async def run_async(config: BenchConfig, progress: Progress | None = None) -> BenchResult:
-    """Run the benchmark on the current event loop."""
-    rng = np.random.default_rng(config.seed)
-    specs = ((s, make_prompt(s.prompt_len, rng)) for s in request_specs(config))
-    warmup_rng = np.random.default_rng([config.seed, 1])
-    warmup = [(RequestSpec(f"{i}", 0.0, 16, 8), make_prompt(16, warmup_rng))
-              for i in range(config.warmup)]
-    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    root = config.base_url.rstrip("/").removesuffix("/v1")  # OpenAI clients' style works too
-    async with httpx.AsyncClient(base_url=root, headers=headers, limits=limits,
-                                 timeout=config.timeout) as client:
-        await asyncio.gather(*(send_request(client, config, spec, prompt, time.perf_counter(), 0.0)
-                               for spec, prompt in warmup))
+    """Run the benchmark on the current event loop: the warm-up, unrecorded, then the
+    load, timed from when the warm-up has finished."""
+    async with http_client(config) as client:
+        warmup = warmup_requests(config)
+        await asyncio.gather(
+            *(send_request(client, config, s, p, time.perf_counter(), 0.0) for s, p in warmup)
+        )
         t0 = time.perf_counter()
 
-        async def one(spec: RequestSpec, prompt: str, scheduled: float) -> RequestRecord:
+        async def send(spec: RequestSpec, prompt: str, scheduled: float) -> RequestRecord:
             record = await send_request(client, config, spec, prompt, t0, scheduled)
             if progress:
                 progress.advance()
             return record
 
-        if config.concurrency is not None:  # closed loop: users share one queue
-
-            async def user() -> list[RequestRecord]:
-                mine = []
-                for spec, prompt in specs:
-                    if config.duration is not None and time.perf_counter() - t0 > config.duration:
-                        break
-                    mine.append(await one(spec, prompt, time.perf_counter() - t0))
-                return mine
-
-            per_user = await asyncio.gather(*(user() for _ in range(config.concurrency)))
-            records = sorted((r for rs in per_user for r in rs), key=lambda r: r.index)
-        else:  # open loop: each request is sent when it is due, or when the cap lets it
-            gate = asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else None
-
-            async def due(spec: RequestSpec, prompt: str) -> RequestRecord:
-                if gate is None:
-                    return await one(spec, prompt, spec.arrival_time)
-                async with gate:
-                    return await one(spec, prompt, spec.arrival_time)
-
-            tasks = []
-            for spec, prompt in specs:
-                await asyncio.sleep(max(0.0, t0 + spec.arrival_time - time.perf_counter()))
-                tasks.append(asyncio.create_task(due(spec, prompt)))
-            records = list(await asyncio.gather(*tasks))
+        load = closed_loop if config.concurrency is not None else open_loop
+        records = await load(config, prompted_specs(config), send, t0)
         duration = time.perf_counter() - t0
     if progress:
         progress.close()
@@ -363,8 +395,9 @@ def run(config: BenchConfig, progress: bool = False) -> BenchResult:
 # --8<-- [end:run]
 
 
-def lengths(text: str) -> Lengths:
-    """A length distribution: ``N``, ``uniform:LO:HI`` or ``lognormal:MEDIAN:SIGMA``."""
+def parse_lengths(text: str) -> Lengths:
+    """The length distribution a ``--prompt-len`` or ``--output-len`` flag gives: ``N``,
+    ``uniform:LO:HI`` or ``lognormal:MEDIAN:SIGMA``."""
     kind, *args = text.split(":")
     if not args:
         return Fixed(int(kind))
@@ -389,8 +422,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a("--num-requests", type=int, default=100)
     a("--duration", type=float, help="seconds; stop sending new requests after this")
     a("--warmup", type=int, default=2, help="requests sent first and not recorded")
-    a("--prompt-len", type=lengths, default=Fixed(32), help="N, uniform:LO:HI, lognormal:M:S")
-    a("--output-len", type=lengths, default=Fixed(32), help="max_tokens; same forms")
+    a("--prompt-len", type=parse_lengths, default=Fixed(32), help="N, uniform:LO:HI, lognormal:M:S")
+    a("--output-len", type=parse_lengths, default=Fixed(32), help="max_tokens; same forms")
     a(
         "--no-ignore-eos",
         dest="ignore_eos",

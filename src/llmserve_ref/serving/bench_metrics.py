@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from llmserve_ref.planning.slo import SLO
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -92,6 +94,10 @@ class RequestRecord:
         """Every gap between consecutive chunks with text (one per chunk, not per token)."""
         return np.diff(self.chunk_times).tolist()
 
+    def meets(self, slo: SLO, origin: Origin = "sent") -> bool:
+        """Whether the request succeeded and met every latency target of `slo`."""
+        return self.ok and slo.met_by(self.ttft(origin), self.tpot(), self.e2e(origin))
+
 
 # --8<-- [end:record]
 
@@ -126,32 +132,9 @@ class Stats:
         )
 
 
-@dataclass(frozen=True)
-class SLO:
-    """Latency targets in seconds; a request counts towards goodput if it meets every one given.
-
-    A request with one output token has no TPOT, and meets any TPOT target.
-    """
-
-    ttft: float | None = None
-    tpot: float | None = None
-    e2e: float | None = None
-
-    def met_by(self, r: RequestRecord, origin: Origin = "sent") -> bool:
-        if not r.ok:
-            return False
-        tpot = r.tpot()
-        return (
-            (self.ttft is None or r.ttft(origin) <= self.ttft)
-            and (self.tpot is None or math.isnan(tpot) or tpot <= self.tpot)
-            and (self.e2e is None or r.e2e(origin) <= self.e2e)
-        )
-
-
 # --8<-- [end:stats]
 
 
-# --8<-- [start:summary]
 @dataclass(frozen=True)
 class Summary:
     """The aggregate of a benchmark run: counts, throughputs and latency distributions."""
@@ -206,7 +189,7 @@ def summarize(
         request_throughput=len(ok) / duration,
         output_throughput=output / duration,
         total_throughput=(prompt + output) / duration,
-        goodput=None if slo is None else sum(slo.met_by(r, origin) for r in ok) / duration,
+        goodput=None if slo is None else sum(r.meets(slo, origin) for r in ok) / duration,
         slo=slo,
         ttft=Stats.of([r.ttft(origin) for r in ok]),
         tpot=Stats.of([r.tpot() for r in ok]),
@@ -217,10 +200,6 @@ def summarize(
     )
 
 
-# --8<-- [end:summary]
-
-
-# --8<-- [start:table]
 LATENCY_ROWS = (
     ("TTFT", "ttft"),
     ("TPOT", "tpot"),
@@ -259,9 +238,6 @@ def format_table(s: Summary) -> str:
     if s.without_usage:
         lines.append(f"note: {s.without_usage} responses had no usage; tokens counted by chunk")
     return "\n".join(lines)
-
-
-# --8<-- [end:table]
 
 
 def _finite(value: object) -> object:

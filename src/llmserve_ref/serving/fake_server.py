@@ -20,8 +20,8 @@ It can misbehave on purpose:
   token early.
 - `fail_every`: every `fail_every`-th request gets HTTP 500.
 
-It is a plain ASGI application (no framework), served by uvicorn in a thread with
-`serve_in_thread`.
+It is a plain ASGI application (no framework); `serve_fake` runs it under uvicorn on a
+thread of this process, as the real server's `run_in_thread` runs any app.
 
 >>> events = sse_events(FakeConfig(), "chat", 2, prompt_tokens=3, usage=True)
 >>> [(delay, json.loads(payload)["choices"]) for delay, payload in events]
@@ -37,8 +37,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,6 +44,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+
+from llmserve_ref.serving.server import run_in_thread
 
 WORDS = (
     "once",
@@ -126,7 +126,6 @@ def sse_events(
         yield 0.0, json.dumps({**base, "choices": [], "usage": counts})
 
 
-# --8<-- [start:app]
 class FakeServer:
     """The ASGI application: `await server(scope, receive, send)`."""
 
@@ -203,9 +202,6 @@ class FakeServer:
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
 
 
-# --8<-- [end:app]
-
-
 async def _reply(send: Any, status: int, payload: dict) -> None:
     await send(
         {
@@ -218,28 +214,10 @@ async def _reply(send: Any, status: int, payload: dict) -> None:
 
 
 @contextmanager
-def serve_in_thread(app: Any, host: str = "127.0.0.1") -> Iterator[str]:
-    """Serve the ASGI `app` on a free port of `host` in a thread; yield its base URL.
-
-    The server stops when the block ends.
-    """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the server did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+def serve_fake(config: FakeConfig, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve a `FakeServer` playing `config` on a free port of `host`, on a thread, while
+    the ``with`` block runs; yield its base URL."""
+    app = FakeServer(config)
+    settings = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+    with run_in_thread(uvicorn.Server(settings), host) as url:
+        yield url

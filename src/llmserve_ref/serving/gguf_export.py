@@ -123,7 +123,6 @@ def export(path: str | Path, model_dir: str | Path = TARGET_DIR) -> None:
 # --8<-- [end:export]
 
 
-# --8<-- [start:modelfile]
 # The chat template in the Go template syntax Ollama uses: the same text as `render` writes,
 # system and developer messages in front of the next user message. A Go template cannot
 # refuse a conversation, so a role it cannot place is left out.
@@ -146,9 +145,6 @@ def modelfile(gguf_path: str | Path, context_length: int = 256) -> str:
         f'PARAMETER stop "{USER}"\n'
         f"PARAMETER num_ctx {context_length}\n"
     )
-
-
-# --8<-- [end:modelfile]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,10 @@
-"""What a server tells Prometheus: counters, gauges and histograms in the text format.
+"""The server's own metrics for Prometheus: counted as it serves, rendered as text.
+
+This is the server side of monitoring: what ``GET /metrics`` exposes while the server
+runs, for Prometheus to scrape (the benchmark's client-side statistics, TTFT and TPOT
+percentiles of one run, are `llmserve_ref.serving.bench_metrics`). It has two parts:
+the metric types and the `Registry` that renders them, then `ServerMetrics`, the set
+this server keeps: requests, tokens, latencies and the engine's load.
 
 Prometheus scrapes ``GET /metrics`` and reads plain text, one sample a line,
 each family introduced by ``# HELP`` and ``# TYPE``::
@@ -55,7 +61,6 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-# --8<-- [start:metrics]
 class Counter:
     """A count that only goes up, one per combination of label values."""
 
@@ -143,10 +148,6 @@ class Registry:
         return "\n".join(lines) + "\n"
 
 
-# --8<-- [end:metrics]
-
-
-# --8<-- [start:server_metrics]
 LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 
 
@@ -219,6 +220,3 @@ ENGINE_STATS = [
     (Total, "steps", "Forward passes the engine ran."),
     (Total, "scheduled_tokens", "Tokens those passes computed (per step: divide by steps)."),
 ]
-
-
-# --8<-- [end:server_metrics]

@@ -1,4 +1,5 @@
-"""The OpenAI API on the wire: request schemas, response and chunk objects, error bodies.
+"""The OpenAI API on the wire: request schemas, response and chunk objects, error bodies,
+and what a request asks of the engine.
 
 Clients (the official ``openai`` packages, curl, LangChain, a benchmark tool)
 speak this JSON, so a server that speaks it exactly can be swapped in for
@@ -16,6 +17,10 @@ OpenAI, vLLM, Ollama or llama.cpp's ``llama-server`` by changing a base URL.
   a server-sent event ``data: {...}`` and the stream closed by ``data: [DONE]``.
 * ``timings`` is llama.cpp's addition: prompt and generation counts, times and
   rates, on the last chunk (or the whole response).
+* A checked request becomes engine requests here, next to its schema: `encode_prompt`
+  gives the prompt's token ids, `engine_requests` the ``n`` sequences to generate, each
+  with the `SamplingParams` of the request's fields of the same names. A value out of
+  range is an `OpenAIError` whose ``param`` names the field.
 
 >>> request = parse(b'{"model": "tiny", "prompt": "Once", "temperature": 0.5}', CompletionRequest)
 >>> request.temperature, request.n, request.stream
@@ -30,21 +35,33 @@ llmserve_ref.serving.openai_protocol.OpenAIError: Invalid type for 'n': Input sh
 
 from __future__ import annotations
 
+import abc
+import dataclasses
 import functools
 import itertools
 import json
 from collections.abc import Sequence
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from llmserve_ref.engine.interface import Timings
+from llmserve_ref.engine.interface import EngineRequest, Timings
+from llmserve_ref.model.chat_template import render_ids
 from llmserve_ref.model.detokenizer import token_bytes
-from llmserve_ref.model.sampling import MAX_LOGPROBS, TokenLogprobs
+from llmserve_ref.model.sampling import (
+    MAX_LOGPROBS,
+    SamplingParamError,
+    SamplingParams,
+    TokenLogprobs,
+)
 from llmserve_ref.model.tokenizer import Tokenizer
 
+# The sampler's knobs that a request sets by the same names (`logprobs` aside: each
+# endpoint asks for it its own way, `num_logprobs`), and their defaults, which are OpenAI's.
+SAMPLER_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams) if f.name != "logprobs")
+_SAMPLER = SamplingParams()
 
-# --8<-- [start:error]
+
 class OpenAIError(Exception):
     """An error the client caused (4xx) or met (5xx), with OpenAI's error body."""
 
@@ -76,10 +93,6 @@ class OpenAIError(Exception):
         }
 
 
-# --8<-- [end:error]
-
-
-# --8<-- [start:requests]
 class _Schema(BaseModel):
     """Strict types (``"0.5"`` is not a number); unknown fields ignored, as OpenAI does."""
 
@@ -107,21 +120,26 @@ class Message(_Schema):
 
 class _Sampling(_Schema):
     """Fields both endpoints share. Fields it does not declare are kept aside
-    (``model_extra``) for `check_supported`, and otherwise ignored."""
+    (``model_extra``) for `check_supported`, and otherwise ignored.
+
+    The sampler's knobs (`SAMPLER_FIELDS`) are declared here with their JSON types; their
+    defaults and their ranges are `SamplingParams`' own, checked when `sampling_params`
+    makes one."""
 
     model_config = ConfigDict(extra="allow", strict=True)
+    prompt_field: ClassVar[str]  # the field that holds the prompt, for error messages
 
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int | None = None
-    min_p: float = 0.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    repetition_penalty: float = 1.0
+    temperature: float = _SAMPLER.temperature
+    top_p: float = _SAMPLER.top_p
+    top_k: int | None = _SAMPLER.top_k
+    min_p: float = _SAMPLER.min_p
+    frequency_penalty: float = _SAMPLER.frequency_penalty
+    presence_penalty: float = _SAMPLER.presence_penalty
+    repetition_penalty: float = _SAMPLER.repetition_penalty
     stop: str | list[str] | None = None
-    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)  # int64, as vLLM
+    seed: int | None = Field(default=_SAMPLER.seed, ge=-(2**63), le=2**63 - 1)  # int64, as vLLM
     n: int = Field(default=1, ge=1, le=16)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -130,8 +148,8 @@ class _Sampling(_Schema):
     ignore_eos: bool = False
     cache_salt: str | None = Field(default=None, min_length=1)
     # Token id (a JSON key, so a string) -> a bias in [-100, 100] added to its logit.
-    logit_bias: dict[int, float] | None = None
-    min_tokens: int = 0  # vLLM's: no stop token before this many tokens
+    logit_bias: dict[int, float] | None = _SAMPLER.logit_bias
+    min_tokens: int = _SAMPLER.min_tokens  # vLLM's: no stop token before this many tokens
 
     def check_supported(self) -> None:
         """Refuse a field that would change the output and that this server does not
@@ -155,6 +173,26 @@ class _Sampling(_Schema):
         """The most tokens to generate (None: as many as fit) and the field that said so."""
         return self.max_tokens, "max_tokens"
 
+    @abc.abstractmethod
+    def default_max_tokens(self, room: int) -> int:
+        """How many tokens to generate when the request does not say (OpenAI's default),
+        with `room` tokens left in the context."""
+
+    @abc.abstractmethod
+    def num_logprobs(self) -> int | None:
+        """How many top logprobs each token reports (None: no logprobs at all)."""
+
+    def sampling_params(self, vocab_size: int) -> SamplingParams:
+        """The sampler's settings: each of `SAMPLER_FIELDS` from the field of its name.
+        A value out of range (or a `logit_bias` outside the vocabulary) is a 400 naming it."""
+        try:
+            knobs = {name: getattr(self, name) for name in SAMPLER_FIELDS}
+            params = SamplingParams(**knobs, logprobs=self.num_logprobs())
+            params.check_vocab(vocab_size)
+        except SamplingParamError as error:
+            raise OpenAIError(str(error), param=error.field, code="invalid_value") from None
+        return params
+
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
@@ -163,6 +201,7 @@ class _Sampling(_Schema):
 class CompletionRequest(_Sampling):
     """``POST /v1/completions``: continue a prompt (text, or token ids used as they are)."""
 
+    prompt_field: ClassVar[str] = "prompt"
     prompt: str | list[int]
     echo: bool = False  # each choice's text starts with the prompt
     # OpenAI's legacy shape: each token's logprob and up to this many likeliest tokens.
@@ -179,13 +218,16 @@ class CompletionRequest(_Sampling):
         return logprobs
 
     def num_logprobs(self) -> int | None:
-        """How many top logprobs each token reports (None: no logprobs at all)."""
         return self.logprobs
+
+    def default_max_tokens(self, room: int) -> int:
+        return min(16, room)
 
 
 class ChatCompletionRequest(_Sampling):
     """``POST /v1/chat/completions``: the next assistant message of a conversation."""
 
+    prompt_field: ClassVar[str] = "messages"
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False  # each token's logprob ...
@@ -199,13 +241,15 @@ class ChatCompletionRequest(_Sampling):
         return top
 
     def num_logprobs(self) -> int | None:
-        """How many top logprobs each token reports (None: no logprobs at all)."""
         return (self.top_logprobs or 0) if self.logprobs else None
 
     def token_limit(self) -> tuple[int | None, str]:
         if self.max_completion_tokens is not None:  # the newer name wins
             return self.max_completion_tokens, "max_completion_tokens"
         return self.max_tokens, "max_tokens"
+
+    def default_max_tokens(self, room: int) -> int:
+        return room
 
 
 # Fields of OpenAI's API (and vLLM's) that change the output, which this server does not
@@ -237,10 +281,6 @@ def _unsupported(name: str, what: str = "it is not") -> OpenAIError:
     )
 
 
-# --8<-- [end:requests]
-
-
-# --8<-- [start:parse]
 def parse(body: bytes, schema: type[_Sampling]) -> _Sampling:
     """The request in `body`, or an `OpenAIError` naming the first problem."""
     try:
@@ -281,10 +321,89 @@ def _param(loc: tuple[str | int, ...]) -> str | None:
     return path or None
 
 
-# --8<-- [end:parse]
+def encode_prompt(
+    body: CompletionRequest | ChatCompletionRequest, tokenizer: Tokenizer
+) -> list[int]:
+    """The prompt's token ids. A chat's messages go through the chat template, their
+    text encoded as text: a special token's string in a message stays text. A text
+    prompt is the caller's own template, so its special-token strings are the tokens,
+    after a BOS, as vLLM's /v1/completions reads them."""
+    if isinstance(body, ChatCompletionRequest):
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        try:
+            return render_ids(messages, tokenizer)
+        except ValueError as error:  # the template names the message it cannot place
+            raise OpenAIError(str(error), param="messages", code="invalid_value") from None
+    if isinstance(body.prompt, str):
+        return tokenizer.encode(body.prompt, add_bos=True)
+    if not body.prompt or not all(0 <= t < tokenizer.vocab_size for t in body.prompt):
+        raise OpenAIError(
+            f"A prompt of token ids must be non-empty, each id in [0, {tokenizer.vocab_size}).",
+            param="prompt",
+            code="invalid_value",
+        )
+    return list(body.prompt)
 
 
-# --8<-- [start:responses]
+def completion_budget(body: _Sampling, prompt_len: int, max_model_len: int) -> int:
+    """How many tokens each choice may generate: the body's limit, or OpenAI's default,
+    refused (naming the field) unless it fits the context after the prompt and leaves
+    room for ``min_tokens``."""
+    what, room = body.prompt_field, max_model_len - prompt_len
+    if room < 1:
+        raise OpenAIError(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"{what} resulted in {prompt_len} tokens, leaving no room for a completion. "
+            f"Please reduce the length of the {what}.",
+            param=what,
+            code="context_length_exceeded",
+        )
+    max_tokens, field = body.token_limit()
+    if max_tokens is None:
+        max_tokens = body.default_max_tokens(room)
+    if max_tokens > room:
+        raise OpenAIError(
+            f"This model's maximum context length is {max_model_len} tokens. However, you "
+            f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the {what}, "
+            f"{max_tokens} in the completion). Please reduce the length of the {what} or "
+            f"{field}.",
+            param=field,
+            code="context_length_exceeded",
+        )
+    if body.min_tokens > max_tokens:  # vLLM refuses it too
+        raise OpenAIError(
+            f"min_tokens ({body.min_tokens}) must be at most {field} ({max_tokens}).",
+            param="min_tokens",
+            code="invalid_value",
+        )
+    return max_tokens
+
+
+def engine_requests(
+    body: _Sampling, prompt_ids: list[int], max_model_len: int, vocab_size: int
+) -> list[EngineRequest]:
+    """The body's ``n`` choices as requests to an engine with this context length and
+    vocabulary, or the `OpenAIError` that names the field it cannot serve."""
+    max_tokens = completion_budget(body, len(prompt_ids), max_model_len)
+    params = body.sampling_params(vocab_size)
+    # Choice i samples with seed + i: reproducible, yet the n choices differ. Choices
+    # after the first are forks of it: a paged engine shares the prompt's KV blocks.
+    requests: list[EngineRequest] = []
+    for i in range(body.n):
+        requests.append(
+            EngineRequest(
+                prompt_ids,
+                params if body.seed is None else dataclasses.replace(params, seed=body.seed + i),
+                max_tokens,
+                body.stop_strings(),
+                ignore_eos=body.ignore_eos,
+                cache_salt=body.cache_salt,
+                fork_of=requests[0].request_id if requests else None,
+            )
+        )
+    return requests
+
+
 def sse(obj: dict | str) -> str:
     """One server-sent event: ``data: <json>`` and a blank line."""
     data = (
@@ -405,6 +524,3 @@ def echo_text(
     if not isinstance(body, CompletionRequest) or not body.echo:
         return ""
     return body.prompt if isinstance(body.prompt, str) else tokenizer.decode(prompt_ids)
-
-
-# --8<-- [end:responses]

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hmac
 import ipaddress
 import signal
@@ -75,8 +74,7 @@ from llmserve_ref.engine.interface import (
     TokenEvent,
 )
 from llmserve_ref.engine.loop_engine import LoopEngine
-from llmserve_ref.model.chat_template import render_ids
-from llmserve_ref.model.sampling import SamplingParams, TokenLogprobs
+from llmserve_ref.model.sampling import TokenLogprobs
 from llmserve_ref.model.tokenizer import Tokenizer
 from llmserve_ref.serving.limits import Limits, check_prompt_chars
 from llmserve_ref.serving.metrics import ServerMetrics
@@ -88,6 +86,8 @@ from llmserve_ref.serving.openai_protocol import (
     choice_delta,
     completion_object,
     echo_text,
+    encode_prompt,
+    engine_requests,
     logprobs_json,
     parse,
     sse,
@@ -109,7 +109,6 @@ ENDPOINTS = (
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-# --8<-- [start:merge]
 async def merge(streams: list[RequestStream]) -> AsyncIterator[tuple[int, TokenEvent]]:
     """The events of several streams (the ``n`` choices of a request) as they arrive."""
     pending = {asyncio.ensure_future(s.__anext__()): i for i, s in enumerate(streams)}
@@ -124,9 +123,6 @@ async def merge(streams: list[RequestStream]) -> AsyncIterator[tuple[int, TokenE
     finally:
         for task in pending:
             task.cancel()
-
-
-# --8<-- [end:merge]
 
 
 @dataclass
@@ -252,7 +248,6 @@ class OpenAIServer:
     async def chat_completions(self, request: Request) -> Response:
         return await self.generate(request, chat=True)
 
-    # --8<-- [start:generate]
     async def generate(self, request: Request, chat: bool) -> Response:
         """Validate, submit ``n`` sequences to the engine, answer whole or streamed."""
         arrival = time.perf_counter()
@@ -270,11 +265,14 @@ class OpenAIServer:
         self.check_prompt_chars(body)
         # Tokenizing takes time in proportion to the prompt: on a worker thread, the event
         # loop goes on writing every other client's tokens meanwhile.
-        prompt_ids = await asyncio.to_thread(self.prompt_ids, body)
-        requests = self.engine_requests(body, prompt_ids)
+        tokenizer = self.engine.tokenizer
+        prompt_ids = await asyncio.to_thread(encode_prompt, body, tokenizer)
+        requests = engine_requests(
+            body, prompt_ids, self.engine.max_model_len, tokenizer.vocab_size
+        )
         streams = self.submit(requests)
         self.metrics.prompt_tokens.inc(len(prompt_ids) * len(requests))
-        echo = echo_text(body, prompt_ids, self.engine.tokenizer)
+        echo = echo_text(body, prompt_ids, tokenizer)
         progress = RequestProgress(self.metrics, len(streams), len(prompt_ids), arrival, echo)
         head = {
             "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
@@ -288,7 +286,6 @@ class OpenAIServer:
             )
         if not await self.collect_unless_gone(request, streams, progress):
             return Response(status_code=499)  # nginx's "client closed request": nobody reads it
-        tokenizer = self.engine.tokenizer
         choices = [
             choice(
                 chat,
@@ -309,8 +306,6 @@ class OpenAIServer:
                 timings=progress.timings_json(),
             )
         )
-
-    # --8<-- [end:generate]
 
     # --8<-- [start:stream]
     async def stream(
@@ -428,10 +423,11 @@ class OpenAIServer:
 
     def check_prompt_chars(self, body: CompletionRequest | ChatCompletionRequest) -> None:
         if isinstance(body, ChatCompletionRequest):
-            chars, what = sum(len(m.text()) for m in body.messages), "messages"
+            chars = sum(len(m.text()) for m in body.messages)
         else:
-            chars, what = len(body.prompt), "prompt"  # token ids: at most one "character" each
-        check_prompt_chars(chars, self.engine.max_model_len, self.max_token_chars, what)
+            chars = len(body.prompt)  # token ids: at most one "character" each
+        limit = self.engine.max_model_len
+        check_prompt_chars(chars, limit, self.max_token_chars, body.prompt_field)
 
     def submit(self, requests: list[EngineRequest]) -> list[RequestStream]:
         """Submit all of `requests` or none: room for them all is checked first (429), and
@@ -462,104 +458,6 @@ class OpenAIServer:
                     self.metrics.cancelled.inc()
 
     # --8<-- [end:admission]
-
-    def prompt_ids(self, body: CompletionRequest | ChatCompletionRequest) -> list[int]:
-        """The prompt's token ids. A chat's messages go through the chat template, their
-        text encoded as text: a special token's string in a message stays text. A text
-        prompt is the caller's own template, so its special-token strings are the tokens,
-        after a BOS, as vLLM's /v1/completions reads them."""
-        tokenizer = self.engine.tokenizer
-        if isinstance(body, ChatCompletionRequest):
-            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-            try:
-                return render_ids(messages, tokenizer)
-            except ValueError as error:  # the template names the message it cannot place
-                raise OpenAIError(str(error), param="messages", code="invalid_value") from None
-        if isinstance(body.prompt, str):
-            return tokenizer.encode(body.prompt, add_bos=True)
-        if not body.prompt or not all(0 <= t < tokenizer.vocab_size for t in body.prompt):
-            raise OpenAIError(
-                f"A prompt of token ids must be non-empty, each id in [0, {tokenizer.vocab_size}).",
-                param="prompt",
-                code="invalid_value",
-            )
-        return list(body.prompt)
-
-    # --8<-- [start:engine_requests]
-    def engine_requests(
-        self, body: CompletionRequest | ChatCompletionRequest, prompt_ids: list[int]
-    ) -> list[EngineRequest]:
-        """The body's ``n`` sequences, checked against the context length and the samplers."""
-        chat = isinstance(body, ChatCompletionRequest)
-        what, limit, used = (
-            ("messages" if chat else "prompt"),
-            self.engine.max_model_len,
-            len(prompt_ids),
-        )
-        room = limit - used
-        if room < 1:
-            raise OpenAIError(
-                f"This model's maximum context length is {limit} tokens. However, your {what} "
-                f"resulted in {used} tokens, leaving no room for a completion. Please reduce "
-                f"the length of the {what}.",
-                param=what,
-                code="context_length_exceeded",
-            )
-        max_tokens, field = body.token_limit()
-        if max_tokens is None:
-            max_tokens = room if chat else min(16, room)  # OpenAI's defaults
-        if max_tokens > room:
-            raise OpenAIError(
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{used + max_tokens} tokens ({used} in the {what}, {max_tokens} in the "
-                f"completion). Please reduce the length of the {what} or {field}.",
-                param=field,
-                code="context_length_exceeded",
-            )
-        if body.min_tokens > max_tokens:  # vLLM refuses it too
-            raise OpenAIError(
-                f"min_tokens ({body.min_tokens}) must be at most {field} ({max_tokens}).",
-                param="min_tokens",
-                code="invalid_value",
-            )
-        try:
-            params = SamplingParams(
-                temperature=body.temperature,
-                top_k=body.top_k,
-                top_p=body.top_p,
-                min_p=body.min_p,
-                repetition_penalty=body.repetition_penalty,
-                frequency_penalty=body.frequency_penalty,
-                presence_penalty=body.presence_penalty,
-                seed=body.seed,
-                logit_bias=body.logit_bias,
-                min_tokens=body.min_tokens,
-                logprobs=body.num_logprobs(),
-            )
-            params.check_vocab(self.engine.tokenizer.vocab_size)
-        except ValueError as error:  # SamplingParams' messages start with the field's name
-            raise OpenAIError(
-                str(error), param=str(error).split()[0], code="invalid_value"
-            ) from None
-        # Choice i samples with seed + i: reproducible, yet the n choices differ. Choices
-        # after the first are forks of it: a paged engine shares the prompt's KV blocks.
-        seeds = [None if body.seed is None else body.seed + i for i in range(body.n)]
-        requests: list[EngineRequest] = []
-        for seed in seeds:
-            requests.append(
-                EngineRequest(
-                    prompt_ids,
-                    dataclasses.replace(params, seed=seed),
-                    max_tokens,
-                    body.stop_strings(),
-                    ignore_eos=body.ignore_eos,
-                    cache_salt=body.cache_salt,
-                    fork_of=requests[0].request_id if requests else None,
-                )
-            )
-        return requests
-
-    # --8<-- [end:engine_requests]
 
 
 async def disconnected(request: Request) -> None:
@@ -716,7 +614,6 @@ def create_app(
     return app
 
 
-# --8<-- [start:graceful]
 class GracefulServer(uvicorn.Server):
     """uvicorn's server, plus: drain the engine on shutdown, announce the URL, exit 0."""
 
@@ -756,10 +653,6 @@ class GracefulServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-# --8<-- [end:graceful]
-
-
-# --8<-- [start:bind]
 def _bind(host: str, port: int) -> socket.socket:
     """A listening socket on (`host`, `port`), with Nagle's algorithm off; port 0: any free one.
 
@@ -775,9 +668,6 @@ def _bind(host: str, port: int) -> socket.socket:
     sock = socket.create_server((host, port), family=family)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
-
-
-# --8<-- [end:bind]
 
 
 class HeaderTimeout(AutoHTTPProtocol):
@@ -924,7 +814,6 @@ def serve(
         engine.close()
 
 
-# --8<-- [start:serve_in_thread]
 @dataclass
 class RunningServer:
     """A server running in this process: where it listens, its engine and its metrics."""
@@ -958,9 +847,25 @@ def serve_in_thread(
     engine = load_engine(model) if engine is None else engine
     limits = limits or Limits()
     app = create_app(engine, model, limits, access)
-    sock = _bind(host, port)
     config = uvicorn_config(app, limits, shutdown_grace, log_level="warning")
-    server = GracefulServer(config, engine, shutdown_grace)
+    try:
+        with run_in_thread(GracefulServer(config, engine, shutdown_grace), host, port) as url:
+            yield RunningServer(url, engine, app.state.api.metrics)
+    finally:
+        if own_engine:
+            engine.close()
+
+
+@contextlib.contextmanager
+def run_in_thread(server: uvicorn.Server, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Run a uvicorn `server` on a thread of this process while the ``with`` block runs,
+    listening on (`host`, `port`); yield its URL. Port 0 picks a free port.
+
+    Leaving the block asks the server to exit and waits for its thread (a
+    `GracefulServer` drains its engine first). Any ASGI app runs this way: this
+    server in `serve_in_thread`, the fake one of `llmserve_ref.serving.fake_server`.
+    """
+    sock = _bind(host, port)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -968,13 +873,8 @@ def serve_in_thread(
             if not thread.is_alive():
                 raise RuntimeError("the server thread stopped before it started serving")
             time.sleep(0.01)
-        yield RunningServer(_url(sock), engine, app.state.api.metrics)
+        yield _url(sock)
     finally:
         server.should_exit = True
         thread.join()
         sock.close()
-        if own_engine:
-            engine.close()
-
-
-# --8<-- [end:serve_in_thread]
