@@ -22,6 +22,11 @@ def to_mathml(latex: str, display: str) -> str:
 
 def on_page_content(content, page, config, files):
     content = BLOCK.sub(
-        lambda m: f'<div class="math-display">{to_mathml(m.group(1), "block")}</div>', content
+        # A wide equation scrolls sideways on a phone: focusable, so a keyboard can scroll it.
+        lambda m: (
+            '<div class="math-display" tabindex="0" role="region" aria-label="equation">'
+            f"{to_mathml(m.group(1), 'block')}</div>"
+        ),
+        content,
     )
     return INLINE.sub(lambda m: to_mathml(m.group(1), "inline"), content)
