@@ -35,9 +35,9 @@ INSTALL_MARKER = "<!-- install -->"
 # CUDA build, or a release the pages were never run with.
 TORCH = "torch==2.13.0"
 # What the pages' code imports beyond the core: figures (plot), the server and the
-# official OpenAI client (serving). Triton comes with PyPI's Linux torch, and the
-# pages whose kernels need it say so where it is missing.
-EXTRAS = "plot,serving"
+# official OpenAI client (serving), and hypothesis (pages). Triton comes with PyPI's Linux
+# torch, and the pages whose kernels need it say so where it is missing.
+EXTRAS = "pages,plot,serving"
 VENV = "llmserve-env"
 
 
