@@ -13,8 +13,6 @@ import functools
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +20,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+
+from conftest import NODE, run_node
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hooks"))
@@ -158,8 +158,8 @@ def press_tab_until(page, action: str, limit: int = 200) -> None:
     raise AssertionError(f"Tab never reached the {action!r} control")
 
 
-def map_state(page, slug: str) -> str:
-    node = page.locator(f'{MAP} g.stage-map-topic[data-slug="{slug}"]')
+def map_state(page, slug: str, layout: str = MAP) -> str:
+    node = page.locator(f'{layout} g.stage-map-topic[data-slug="{slug}"]')
     return node.locator("text.progress-mark").text_content().split()[-1]
 
 
@@ -253,8 +253,7 @@ process.stdout.write(JSON.stringify({ steps: r.numSteps,
 
 def test_scheduler_simulator_updates_as_a_slider_moves(page, site_url):
     """Move the KV blocks slider by keyboard: the numbers change to what the JS core gives."""
-    node = shutil.which("node")
-    assert node, "the simulator check runs its JavaScript core under Node (no `node` on PATH)"
+    assert NODE, "the simulator check runs its JavaScript core under Node (no `node` on PATH)"
     page.goto(site_url + "stage-7/scheduler-simulator/")
     sim = page.locator("#scheduler-sim")
     throughput = sim.locator("#sim-out-throughput")
@@ -290,16 +289,7 @@ def test_scheduler_simulator_updates_as_a_slider_moves(page, site_url):
     }
     data = json.loads(page.request.get(site_url + "javascripts/scheduler-sim.json").text())
     script = ROOT / "docs" / "javascripts" / "scheduler-sim.js"
-    expected = json.loads(
-        subprocess.run(
-            [node, "-e", SIMULATOR_RUNNER, str(script)],
-            input=json.dumps({"settings": defaults, "data": data}),
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout
-    )
+    expected = run_node(SIMULATOR_RUNNER, script, {"settings": defaults, "data": data}, timeout=60)
     assert expected["preemptions"] > 0
     shown = sim.locator("#sim-out-steps").inner_text()
     assert shown.startswith(f"{expected['steps']:,} steps in "), (shown, expected)
@@ -447,7 +437,7 @@ def test_home_map_reads_on_a_phone(browser, site_url):
         # Its lines read back as its title, spaces and all (a screen reader reads this).
         assert node.locator("text.stage-map-label").text_content() == topic.title
         if topic.slug in written:  # progress.js marks the stacked map as well
-            state = node.locator("text.progress-mark").text_content().split()[-1]
+            state = map_state(page, topic.slug, STACKED_MAP)
             assert state in ("Done", "Ready", "Locked"), state
 
     # The keyboard reaches each link of the map, and each is in view when it has the focus.
