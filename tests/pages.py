@@ -35,6 +35,7 @@ from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 from sybil.parsers.rest import DocTestParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hooks"))
+from package_values import substitute
 from recorded_outputs import REFRESH, Run, is_a_page, key_of, load, package_hash, save
 from snippets_resolver import mkdocs_config, resolve_includes  # noqa: F401 (re-exported)
 
@@ -60,7 +61,8 @@ class PageDocument(Document):
 
     @classmethod
     def parse(cls, path: str, *parsers, encoding: str = "utf-8") -> Document:
-        text = resolve_includes(Path(path).read_text(encoding=encoding))
+        # As the build does: the package's values first (hooks/package_values.py), then includes.
+        text = resolve_includes(substitute(Path(path).read_text(encoding=encoding)))
         document = cls(text, path)
         for parser in parsers:
             for region in parser(document):

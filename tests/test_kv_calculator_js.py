@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
+
+from package_values import substitute
 
 from conftest import NEEDS_NODE, run_node
 from llmserve_ref.planning.kv_math import (
@@ -27,6 +30,7 @@ from llmserve_ref.planning.kv_math import (
     weight_bytes,
 )
 from llmserve_ref.planning.model_catalog import MODELS, catalog_as_json, config_as_dict, model
+from llmserve_ref.planning.published import VLLM
 
 ROOT = Path(__file__).resolve().parent.parent
 CALCULATOR = ROOT / "docs" / "javascripts" / "kv-calculator.js"
@@ -73,7 +77,7 @@ def case(
     dtype: str,
     memory: int,
     tp: int = 1,
-    util: float = 0.9,
+    util: float = VLLM.gpu_memory_utilization,
     weight_dtype: str = "bf16",
     group: int | None = None,
     scale_bytes: int = 4,
@@ -111,12 +115,13 @@ def case(
 def grid() -> list[tuple[dict, dict]]:
     catalog = json.loads(catalog_as_json())  # the data the site ships to the calculator
     cases = []
+    utilizations = (VLLM.gpu_memory_utilization, 0.95)
     for entry in catalog["models"]:
         cfg = model(entry["name"]).config
         contexts = [c for c in (1, 1000, 8192, 32768, 131072) if c <= cfg.max_position_embeddings]
         tps = [tp for tp in (1, 2, 8) if cfg.num_attention_heads % tp == 0]
         for context, batch, dtype, gpu, tp, util in itertools.product(
-            contexts, (1, 7, 64), catalog["dtype_bits"], catalog["gpus"], tps, (0.9, 0.95)
+            contexts, (1, 7, 64), catalog["dtype_bits"], catalog["gpus"], tps, utilizations
         ):
             cases.append(
                 case(
@@ -212,3 +217,12 @@ def test_calculator_formats_bytes_like_python():
 def test_every_catalog_model_reaches_the_calculator():
     shipped = {m["name"] for m in json.loads(catalog_as_json())["models"]}
     assert shipped == {m.name for m in MODELS}
+
+
+def test_the_calculator_starts_at_vllms_default_utilization():
+    """One constant: the package's default, the JSON the calculator loads, the page's input."""
+    assert json.loads(catalog_as_json())["gpu_memory_utilization"] == VLLM.gpu_memory_utilization
+    page = substitute((ROOT / "docs" / "stage-4" / "kv-cache-size-math.md").read_text())
+    field = re.search(r'<input id="kv-util"[^>]*value="(?P<value>[^"]+)"', page)
+    assert field and float(field["value"]) == VLLM.gpu_memory_utilization
+    assert "data.gpu_memory_utilization" in CALCULATOR.read_text()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from package_values import VALUE
 from pages import DOCS, ROOT, includes, pages
 
 import llmserve_ref
@@ -52,12 +53,21 @@ def imported(text: str) -> set[str]:
     return found & known
 
 
+def substituted(text: str) -> set[str]:
+    """The modules whose values the page's prose is written with (hooks/package_values.py)."""
+    known, found = set(modules()), set()
+    for m in VALUE.finditer(text):
+        parts = m["name"].removeprefix("llmserve_ref.").split(".")
+        found |= {".".join(parts[:n]) for n in range(1, len(parts) + 1)} & known
+    return found
+
+
 def used_by() -> dict[str, set[str]]:
     """Module -> the pages (``stage-7/scheduler-simulator``) that use it."""
     users: dict[str, set[str]] = {}
     for page in pages():
         text = page.read_text(encoding="utf-8")
-        used = imported(text)
+        used = imported(text) | substituted(text)
         for target, _ in includes(text):
             if target.startswith("src/llmserve_ref/"):
                 used.add(

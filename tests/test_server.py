@@ -520,3 +520,20 @@ def test_the_server_turns_nagles_algorithm_off_on_every_connection():
         client.close()
     finally:
         listener.close()
+
+
+def test_usage_reports_the_prompt_tokens_found_in_the_prefix_cache(client):
+    """OpenAI's (and vLLM's, with --enable-prompt-tokens-details) `cached_tokens`: whole
+    blocks of 16 tokens found cached when the request was admitted, streamed or not."""
+    prompt = list(range(300, 340))  # 40 token ids no other test of this module sends
+    kwargs = {"model": "tiny", "prompt": prompt, "max_tokens": 2, "temperature": 0}
+    first = client.completions.create(**kwargs)
+    assert first.usage.prompt_tokens == 40 and first.usage.prompt_tokens_details.cached_tokens == 0
+    again = client.completions.create(**kwargs)
+    assert again.usage.prompt_tokens_details.cached_tokens == 32  # 2 blocks; 8 tokens in a third
+    chunks = list(
+        client.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs)
+    )
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 32
+    other = client.completions.create(**{**kwargs, "extra_body": {"cache_salt": "elsewhere"}})
+    assert other.usage.prompt_tokens_details.cached_tokens == 0  # another tenant's cache

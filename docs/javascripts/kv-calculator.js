@@ -98,8 +98,7 @@ function weightBytes(numParameters, bits) {
 }
 
 /* Bytes each GPU has left for the KV cache, as vLLM sizes it (activations not counted). */
-function kvCacheBudget(gpuMemoryBytes, weightsBytes,
-  { tensorParallel = 1, gpuMemoryUtilization = 0.9 } = {}) {
+function kvCacheBudget(gpuMemoryBytes, weightsBytes, { tensorParallel = 1, gpuMemoryUtilization }) {
   check(gpuMemoryUtilization > 0 && gpuMemoryUtilization <= 1,
     `gpu_memory_utilization is a fraction in (0, 1], got ${gpuMemoryUtilization}`);
   check(Number.isInteger(tensorParallel) && tensorParallel >= 1,
@@ -231,6 +230,7 @@ function mountCalculator(root, catalogUrl) {
         Object.keys(data.dtype_bits).forEach((d) => option($(id), d, d));
         $(id).value = "bf16";
       }
+      $("util").value = String(data.gpu_memory_utilization);  // vLLM's default, from the package
       $("model").value = "Llama-3.1-8B";
       $("gpu").value = "H100-SXM";
       showModel();

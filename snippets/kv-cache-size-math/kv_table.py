@@ -29,6 +29,7 @@ from llmserve_ref.planning.kv_math import (
     weight_bytes,
 )
 from llmserve_ref.planning.model_catalog import match_config
+from llmserve_ref.planning.published import VLLM
 
 
 def kv_table(
@@ -126,8 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--gpu-memory-utilization",
         type=float,
-        default=0.9,
-        help="share of GPU memory the engine may use (vLLM's default: 0.9)",
+        default=VLLM.gpu_memory_utilization,
+        help=f"share of GPU memory the engine may use (vLLM's: {VLLM.gpu_memory_utilization})",
     )
     parser.add_argument("--params", type=int, help="parameter count, if not a catalog model")
     parser.add_argument("--weight-dtype", default="bf16", choices=list(DTYPE_BITS))

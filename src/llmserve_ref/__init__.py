@@ -131,6 +131,8 @@ planning/, numbers before hardware:
   stage-7/pagedattention, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
 * ``planning.phases``: prefill, decode and decode without a cache, as forward passes to time.
   Pages: stage-3/kv-cache, stage-4/prefill-vs-decode.
+* ``planning.published``: what other systems and papers state, each with its source and version.
+  Pages: none.
 * ``planning.roofline``: the roofline: is a step bound by memory bandwidth or by arithmetic?
   Pages: stage-3/kv-cache, stage-4/prefill-vs-decode, stage-5/memory-vs-compute-bound,
   stage-6/quantization, stage-6/speculative-decoding, stage-6/static-vs-continuous-batching,

@@ -99,6 +99,7 @@ class _Stream:
     submitted: float = field(default_factory=time.perf_counter)
     first_token: float | None = None
     num_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens the core found cached, told with the first token
 
 
 class BatchedEngine:
@@ -267,6 +268,8 @@ class BatchedEngine:
             return []  # cancelled while the core was stepping
         s.num_tokens += 1
         s.first_token = s.first_token or time.perf_counter()
+        if output.num_cached_tokens is not None:
+            s.num_cached_tokens = output.num_cached_tokens
         if output.finish_reason == "stop":  # a stop token: it shows no text
             return [self._end(output.request_id, s.text.flush(), "stop", output)]
         text = s.text.step(output.token_id)
@@ -293,9 +296,10 @@ class BatchedEngine:
             len(s.request.prompt_ids), (first - s.submitted) * 1e3, s.num_tokens,
             (now - first) * 1e3,
         )  # fmt: skip
+        cached = s.num_cached_tokens
         if last is None:
-            return s.stream, TokenEvent(text, None, reason, timings)
-        return s.stream, TokenEvent(text, last.token_id, reason, timings, last.logprobs)
+            return s.stream, TokenEvent(text, None, reason, timings, num_cached_tokens=cached)
+        return s.stream, TokenEvent(text, last.token_id, reason, timings, last.logprobs, cached)
 
     def stats(self) -> EngineStats:
         """The core's counts as of its last message."""

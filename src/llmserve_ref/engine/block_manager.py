@@ -18,10 +18,14 @@ ids) and the simulator (which sizes pools for GPUs it never allocates).
   registered in the prefix cache, is never written in place: a sequence about
   to write into one gets a private copy first (copy-on-write), and the copy is
   listed in `pending_copies` for the engine to perform before the forward pass.
-* **Prefix caching.** A full block is keyed by its token ids chained with its
-  parent block's key (and, for the first block, a per-tenant salt), so a key
-  names the whole prefix up to the block's end. Keys go into a hash table;
-  a lookup compares the stored key, not just its hash, before reusing a block.
+* **Prefix caching.** A full block that enters the cache gets an entry id that is
+  never used again, and a key: the entry id of the block before it, its own
+  token ids and, for the first block, a per-tenant salt. Equal keys mean equal
+  prefixes, exactly: by induction, the entry before names the whole prefix
+  before. The cache finds keys by a hash chained the way vLLM chains it
+  (SHA-256 of the parent's hash and the block's tokens, by default), and a hit
+  compares the whole key, so no two prefixes can be confused, whatever the
+  hash function does (a test passes one that hashes every block to 0).
 * **LRU eviction.** A cached block whose count drops to zero keeps its
   contents and stays findable; free blocks form one queue, empty ones in
   front (taken first) and cached ones behind in the order they were freed
@@ -42,12 +46,19 @@ ids) and the simulator (which sizes pools for GPUs it never allocates).
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import os
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-# A block's prefix-cache key: its parent's key hash, its token ids, and the salt (first block).
+# A block's prefix-cache key: the cache entry of the block before it (None for the first
+# block), its token ids, and the salt (first block only).
 BlockKey = tuple[int | None, tuple[int, ...], str | None]
+# What the cache is indexed by: a hash of the parent's hash, the tokens and the salt.
+BlockHash = Hashable
+HashFunction = Callable[[BlockHash | None, tuple[int, ...], str | None], BlockHash]
 
 
 class BlockError(ValueError):
@@ -56,15 +67,43 @@ class BlockError(ValueError):
 
 @dataclass(eq=False, slots=True)
 class Block:
-    """One block of KV memory: who holds it, and which tokens it caches (if any)."""
+    """One block of KV memory: who holds it, and which prefix it caches (if any)."""
 
     block_id: int
     ref_count: int = 0
-    key: BlockKey | None = None  # set when the block is full and in the prefix cache
+    # Set while the block is full and in the prefix cache:
+    key: BlockKey | None = None
+    block_hash: BlockHash | None = None
+    entry: int | None = None  # its cache entry's id, never reused after it is evicted
 
-    @property
-    def key_hash(self) -> int:
-        return hash(self.key)
+
+# --8<-- [start:hash]
+def sha256_block_hash(
+    parent: BlockHash | None, token_ids: tuple[int, ...], salt: str | None
+) -> bytes:
+    """A block's hash as vLLM 0.32 computes it by default (`--prefix-caching-hash-algo
+    sha256`, `hash_block_tokens` in vllm/v1/core/kv_cache_utils.py): SHA-256 over the
+    parent block's hash, the block's token ids and its extra keys, here the salt.
+
+    vLLM serializes the three with pickle; any unambiguous encoding will do. The first
+    block's parent is `NONE_HASH`, derived like vLLM's from a fixed seed that
+    ``PYTHONHASHSEED`` overrides, so every process hashes the same prefix alike.
+
+    >>> h = sha256_block_hash(None, (1, 2, 3, 4), None)
+    >>> len(h), h == sha256_block_hash(None, (1, 2, 3, 4), None)
+    (32, True)
+    >>> h == sha256_block_hash(None, (1, 2, 3, 4), "tenant-a")  # the salt is hashed in
+    False
+    """
+    digest = hashlib.sha256(parent if isinstance(parent, bytes) else NONE_HASH)
+    digest.update(b"%d:" % len(token_ids))
+    digest.update(b",".join(b"%d" % t for t in token_ids))
+    digest.update(b"\x00" if salt is None else b"\x01" + salt.encode())
+    return digest.digest()
+
+
+NONE_HASH = hashlib.sha256(os.environ.get("PYTHONHASHSEED", "llmserve-none-hash").encode()).digest()
+# --8<-- [end:hash]
 
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
@@ -85,6 +124,7 @@ class BlockManager:
         block_size: int,
         enable_prefix_caching: bool = True,
         max_blocks_per_table: int | None = None,
+        hash_function: HashFunction = sha256_block_hash,
     ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"num_blocks and block_size must be >= 1: {num_blocks}, {block_size}")
@@ -92,12 +132,15 @@ class BlockManager:
         # The width of a block table: a sequence of the model's maximum length.
         self.max_blocks_per_table = max_blocks_per_table or num_blocks
         self.enable_prefix_caching = enable_prefix_caching
+        self.hash_function = hash_function
         self.blocks = [Block(i) for i in range(num_blocks)]
         # Blocks with ref_count 0, in the order they will be taken: empty ones first.
         self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks)
-        self.cached: dict[int, Block] = {}  # key hash -> the block that caches it
+        self.cached: dict[BlockHash, list[Block]] = {}  # hash -> the blocks cached under it
+        self._entries = itertools.count()  # cache entry ids: each used once
         self.tables: dict[str, list[Block]] = {}
-        self.prefix_hashes: dict[str, list[int]] = {}  # per table: key hashes of its full blocks
+        # Per table, (hash, cache entry) of the prefix up to each of its full blocks.
+        self.prefixes: dict[str, list[tuple[BlockHash, int]]] = {}
         self.pending_copies: list[tuple[int, int]] = []  # (source, destination) block ids
         self._copy_sources: list[Block] = []  # held until the copies are done
         self.num_queries = 0  # prompt tokens looked up in the prefix cache (vLLM counts tokens)
@@ -115,6 +158,11 @@ class BlockManager:
     @property
     def num_used_blocks(self) -> int:
         return self.num_blocks - self.num_free_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks whose contents the prefix cache can hand out again."""
+        return sum(map(len, self.cached.values()))
 
     def table(self, seq_id: str) -> list[int]:
         """The block ids of `seq_id`'s table, in order."""
@@ -144,8 +192,7 @@ class BlockManager:
         """A free block for new contents: the front of the queue, evicted from the cache."""
         _, block = self.free_queue.popitem(last=False)
         if block.key is not None:  # the least recently used cached block: forget it
-            del self.cached[block.key_hash]
-            block.key = None
+            self._uncache(block)
         block.ref_count = 1
         return block
 
@@ -166,37 +213,36 @@ class BlockManager:
     # --8<-- [end:pool]
 
     # --8<-- [start:prefix]
-    def block_keys(
-        self,
-        token_ids: Sequence[int],
-        salt: str | None = None,
-        first: int = 0,
-        parent: int | None = None,
-    ) -> list[BlockKey]:
-        """The prefix-cache key of every full block of `token_ids`, from block `first` on.
-
-        Each key holds its parent's key hash (`parent`: that of block ``first - 1``),
-        so equal keys mean equal prefixes. The salt goes into the first block's
-        key, and through the chain into every later one.
-        """
+    def full_blocks(self, token_ids: Sequence[int], first: int = 0) -> list[tuple[int, ...]]:
+        """The token ids of each full block of `token_ids`, from block `first` on."""
         size = self.block_size
-        keys: list[BlockKey] = []
-        for i in range(first, len(token_ids) // size):
-            key = (parent, tuple(token_ids[i * size : (i + 1) * size]), salt if i == 0 else None)
-            keys.append(key)
-            parent = hash(key)
-        return keys
+        return [
+            tuple(token_ids[i * size : (i + 1) * size])
+            for i in range(first, len(token_ids) // size)
+        ]
+
+    def _find(self, block_hash: BlockHash, key: BlockKey) -> Block | None:
+        """The cached block whose key is `key`: the hash only says where to look."""
+        return next((b for b in self.cached.get(block_hash, ()) if b.key == key), None)
 
     def cached_prefix(self, token_ids: Sequence[int], salt: str | None = None) -> list[Block]:
-        """The longest run of leading full blocks of `token_ids` found in the cache."""
-        hits = []
+        """The longest run of leading full blocks of `token_ids` found in the cache.
+
+        Block i is a hit only if its key is (the entry of hit i - 1, its tokens, the
+        salt if i is 0): the whole prefix up to its end, salt included, is the request's.
+        """
+        hits: list[Block] = []
         if not self.enable_prefix_caching:
             return hits
-        for key in self.block_keys(token_ids, salt):
-            block = self.cached.get(hash(key))
-            if block is None or block.key != key:  # a miss, or a hash collision
+        parent_hash, parent_entry = None, None
+        for i, tokens in enumerate(self.full_blocks(token_ids)):
+            block_salt = salt if i == 0 else None
+            block_hash = self.hash_function(parent_hash, tokens, block_salt)
+            block = self._find(block_hash, (parent_entry, tokens, block_salt))
+            if block is None:
                 break
             hits.append(block)
+            parent_hash, parent_entry = block_hash, block.entry
         return hits
 
     # --8<-- [end:prefix]
@@ -253,7 +299,7 @@ class BlockManager:
             self._hold(block)
         table = hits + [self._take() for _ in range(self.blocks_for(capacity) - len(hits))]
         self.tables[seq_id] = table
-        self.prefix_hashes[seq_id] = [hash(b.key) for b in hits]
+        self.prefixes[seq_id] = [(b.block_hash, b.entry) for b in hits]
         num_cached = min(len(hits) * self.block_size, num_tokens - 1)
         if token_ids is not None and self.enable_prefix_caching:
             self.num_queries += num_tokens
@@ -322,27 +368,47 @@ class BlockManager:
         """Enter `seq_id`'s newly full blocks (their keys and values computed) in the cache.
 
         `token_ids` are the sequence's tokens, at least its first `num_computed_tokens`.
-        A block whose key is cached already (another sequence computed the same
-        prefix at the same time) is left out of the cache; it is freed as usual.
+        A block whose prefix is cached already (another sequence computed the same
+        prefix at the same time) is left out of the cache; it is freed as usual, and
+        the blocks after it are keyed under the cached one.
         """
         if not self.enable_prefix_caching:
             return
-        table, hashes = self._table(seq_id), self.prefix_hashes[seq_id]
+        table, prefix = self._table(seq_id), self.prefixes[seq_id]
         if len(token_ids) < num_computed_tokens:
             raise BlockError(
                 f"sequence {seq_id!r}: {num_computed_tokens} tokens computed but only "
                 f"{len(token_ids)} token ids given; pass all of its tokens"
             )
         full = min(num_computed_tokens // self.block_size, len(table))
-        if full <= len(hashes):
+        if full <= len(prefix):
             return
-        parent = hashes[-1] if hashes else None
-        keys = self.block_keys(token_ids[: full * self.block_size], salt, len(hashes), parent)
-        for block, key in zip(table[len(hashes) : full], keys, strict=True):
-            if block.key is None and hash(key) not in self.cached:
-                block.key = key
-                self.cached[hash(key)] = block
-            hashes.append(hash(key))
+        parent_hash, parent_entry = prefix[-1] if prefix else (None, None)
+        blocks = self.full_blocks(token_ids[: full * self.block_size], len(prefix))
+        pairs = zip(table[len(prefix) : full], blocks, strict=True)
+        for i, (block, tokens) in enumerate(pairs, start=len(prefix)):
+            block_salt = salt if i == 0 else None
+            block_hash = self.hash_function(parent_hash, tokens, block_salt)
+            key = (parent_entry, tokens, block_salt)
+            cached = self._find(block_hash, key)
+            if cached is None and block.key is None:
+                cached = self._cache(block, block_hash, key)
+            # A block left out of the cache gets an entry nobody can match.
+            parent_hash = block_hash
+            parent_entry = next(self._entries) if cached is None else cached.entry
+            prefix.append((parent_hash, parent_entry))
+
+    def _cache(self, block: Block, block_hash: BlockHash, key: BlockKey) -> Block:
+        block.key, block.block_hash, block.entry = key, block_hash, next(self._entries)
+        self.cached.setdefault(block_hash, []).append(block)
+        return block
+
+    def _uncache(self, block: Block) -> None:
+        bucket = self.cached[block.block_hash]
+        bucket.remove(block)
+        if not bucket:
+            del self.cached[block.block_hash]
+        block.key = block.block_hash = block.entry = None
 
     def fork(self, parent_id: str, child_id: str) -> None:
         """Give `child_id` the same blocks as `parent_id` (the ``n`` samples of one prompt)."""
@@ -352,7 +418,7 @@ class BlockManager:
         for block in table:
             self._hold(block)
         self.tables[child_id] = list(table)
-        self.prefix_hashes[child_id] = list(self.prefix_hashes[parent_id])
+        self.prefixes[child_id] = list(self.prefixes[parent_id])
 
     def free(self, seq_id: str) -> None:
         """Let go of every block of `seq_id`'s table, the last block first.
@@ -361,7 +427,7 @@ class BlockManager:
         its beginning, which is the part other requests are likeliest to share.
         """
         table = self._table(seq_id)
-        del self.tables[seq_id], self.prefix_hashes[seq_id]
+        del self.tables[seq_id], self.prefixes[seq_id]
         self._cancel_copies(table)
         for block in reversed(table):
             self._release(block)
@@ -387,6 +453,12 @@ class BlockManager:
         for block in self.blocks:
             assert block.ref_count == holders.get(block.block_id, 0), block
             assert (block.ref_count == 0) == (block.block_id in self.free_queue), block
-        for key_hash, block in self.cached.items():
-            assert block.key is not None and hash(block.key) == key_hash, block
-        assert sum(b.key is not None for b in self.blocks) == len(self.cached)
+        keys, entries = set(), set()
+        for block_hash, bucket in self.cached.items():
+            assert bucket, block_hash
+            for block in bucket:
+                assert block.key is not None and block.block_hash == block_hash, block
+                assert block.key not in keys and block.entry not in entries, block
+                keys.add(block.key)
+                entries.add(block.entry)
+        assert sum(b.key is not None for b in self.blocks) == self.num_cached_blocks

@@ -72,6 +72,7 @@ class TokenOutput:
     token_id: int
     finish_reason: str | None = None  # "stop" (a stop token) or "length" (max_tokens)
     logprobs: TokenLogprobs | None = None  # if the request asked for them
+    num_cached_tokens: int | None = None  # on its first token: prompt tokens found cached
 
 
 class EngineCore:
@@ -224,6 +225,7 @@ class EngineCore:
         forks, seq.forks = seq.forks, []
         for fork in forks:
             fork.request.token_ids.append(self._pick(fork, logits[None]))
+            fork.request.num_cached_tokens = seq.request.num_cached_tokens
             if fork.request.max_tokens > 1:
                 self.scheduler.fork(seq.request, fork.request)
             else:
@@ -236,14 +238,15 @@ class EngineCore:
         self, seq: CoreRequest, token: int, logprobs: TokenLogprobs | None
     ) -> TokenOutput:
         request = seq.request
+        cached = request.num_cached_tokens if request.num_output_tokens == 1 else None
         if request.status is RequestStatus.FINISHED:  # max_tokens reached
             self.sequences.pop(seq.request_id, None)
-            return TokenOutput(seq.request_id, token, "length", logprobs)
+            return TokenOutput(seq.request_id, token, "length", logprobs, cached)
         if token in seq.stop_token_ids:
             self.scheduler.finish(request)
             self.sequences.pop(seq.request_id, None)
-            return TokenOutput(seq.request_id, token, "stop", logprobs)
-        return TokenOutput(seq.request_id, token, None, logprobs)
+            return TokenOutput(seq.request_id, token, "stop", logprobs, cached)
+        return TokenOutput(seq.request_id, token, None, logprobs, cached)
 
 
 def _is_plain_greedy(params: SamplingParams) -> bool:

@@ -19,7 +19,8 @@ hands each event over with ``loop.call_soon_threadsafe``.
 ...     stream.put(TokenEvent(" hi", 5, "length"))
 ...     return [event async for event in stream]
 >>> asyncio.run(one_event())
-[TokenEvent(text=' hi', token_id=5, finish_reason='length', timings=None, logprobs=None)]
+[TokenEvent(text=' hi', token_id=5, finish_reason='length', timings=None, logprobs=None,
+            num_cached_tokens=0)]
 """
 
 from __future__ import annotations
@@ -62,13 +63,15 @@ class Timings:
 class TokenEvent:
     """One sampled token: the text it makes visible ('' if none yet), its logprobs if the
     request asked for them, and on the last event the finish reason (``"stop"``,
-    ``"length"`` or ``"abort"``) and the timings."""
+    ``"length"`` or ``"abort"``), the timings, and how many prompt tokens the engine found
+    in its prefix cache (OpenAI's and vLLM's ``usage.prompt_tokens_details.cached_tokens``)."""
 
     text: str
     token_id: int | None
     finish_reason: str | None = None
     timings: Timings | None = None
     logprobs: TokenLogprobs | None = None
+    num_cached_tokens: int = 0
 
 
 class EngineUnavailable(RuntimeError):

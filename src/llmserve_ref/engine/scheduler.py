@@ -12,11 +12,15 @@ The KV cache is `num_blocks` blocks of `block_size` tokens (PagedAttention,
 arXiv:2309.06180), handed out by a `BlockManager`, which keeps each request's
 block table and, when requests carry their token ids, a prefix cache. When
 decoding needs a block and none is free, the newest running request is
-preempted by recompute: its blocks are freed, its `num_computed_tokens` drops to
-what the prefix cache still holds, and it returns to the front of the waiting
-queue, keeping the tokens it has generated. It comes back only when blocks for
-its whole length fit, and holds them until it finishes, so no request is
-preempted twice.
+preempted by recompute, as in vLLM: its blocks are freed, its
+`num_computed_tokens` drops to what the prefix cache still holds, and it returns
+to the front of the waiting queue, keeping the tokens it has generated. It comes
+back like any request, with blocks for the tokens it has and none reserved for
+those it may still generate, and no request is admitted in a step that
+preempted. First come, first served keeps the running list in arrival order, so
+the victim is always the latest arrival, and the oldest running request always
+progresses: it is never preempted, since its whole length fits in the pool
+(`SchedulerConfig.check_fits`).
 
 The scheduler counts tokens and never sees a model, so the same code drives the
 simulator (`llmserve_ref.planning.simulator`) and a real engine: call
@@ -80,8 +84,9 @@ class Request:
     num_output_tokens: int = 0
     status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0
+    num_cached_tokens: int = -1  # prompt tokens found cached when first admitted (vLLM's name)
     num_skips: int = 0  # times a later request was admitted ahead of it
-    reserved: bool = False  # holds blocks for its whole length: it never grows or is preempted
+    reserved: bool = False  # a static batch's member: blocks held for its whole length
 
     @property
     def num_tokens(self) -> int:
@@ -317,6 +322,8 @@ class Scheduler:
         static = self.config.batching == "static"
         if static and self.running:
             return  # a static batch runs until its last member finishes
+        if out.preempted:
+            return  # memory ran out this step: an admission now would be the next victim
         blocks = self.block_manager
         skipped: list[Request] = []
         while self.waiting:
@@ -346,6 +353,8 @@ class Scheduler:
             )
             # A request handed over with its KV cache (disaggregated serving) keeps its count.
             request.num_computed_tokens = max(request.num_computed_tokens, cached)
+            if request.num_cached_tokens < 0:  # a resumed request keeps its first count
+                request.num_cached_tokens = request.num_computed_tokens
             request.reserved = capacity > request.num_tokens
             request.status = RequestStatus.RUNNING
             self.running.append(request)
@@ -355,14 +364,11 @@ class Scheduler:
         self.waiting.extendleft(reversed(skipped))
 
     def _capacity(self, request: Request) -> int:
-        """Tokens to hold blocks for at admission: its whole length if it must never grow.
-
-        A static batch never grows. A request coming back from a preemption would,
-        newest in the running list, be the first victim of the next shortage, and
-        could be admitted and thrown out again and again; holding its whole
-        length, it is never preempted again.
-        """
-        if self.config.batching == "static" or request.num_preemptions:
+        """Tokens to hold blocks for at admission: a static batch's member its whole
+        length, since it never grows; any other request, one resumed after a preemption
+        included, what it has (reserving its `max_tokens` would strand the memory that
+        paging frees)."""
+        if self.config.batching == "static":
             return request.prompt_len + request.max_tokens
         return request.num_tokens
 
@@ -457,6 +463,7 @@ class Scheduler:
         if parent.status is not RequestStatus.RUNNING or parent.num_output_tokens != 1:
             raise ValueError(f"fork {parent.request_id!r} right after its first token")
         child.num_computed_tokens = parent.num_computed_tokens
+        child.num_cached_tokens = parent.num_cached_tokens
         child.num_output_tokens = 1
         child.status = RequestStatus.RUNNING
         self.block_manager.fork(parent.request_id, child.request_id)

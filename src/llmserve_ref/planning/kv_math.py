@@ -18,7 +18,8 @@ plus one RoPE key of qk_rope_head_dim elements per layer, shared by all heads.
 
 How many sequences fit is the memory left after the weights, divided by the
 bytes of one sequence, the way vLLM sizes its cache: it takes the share
-`gpu_memory_utilization` (default 0.9) of each GPU's memory, subtracts the
+`gpu_memory_utilization` (vLLM's default, `llmserve_ref.planning.published.VLLM`) of each
+GPU's memory, subtracts the
 weights and (unlike this module) the activation peak it measures in a profiling
 run, and gives the rest to the KV cache. Our counts are therefore upper bounds.
 
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmserve_ref.model.kv_cache import kv_elements
+from llmserve_ref.planning.published import VLLM
 
 # --8<-- [start:dtypes]
 # Bits per stored element. fp8 is e4m3 or e5m2; int4 packs two elements per byte.
@@ -350,7 +352,7 @@ def kv_cache_budget(
     weights_bytes: int,
     *,
     tensor_parallel: int = 1,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = VLLM.gpu_memory_utilization,
 ) -> int:
     """Bytes each GPU has left for the KV cache: its usable share minus its slice of the weights.
 

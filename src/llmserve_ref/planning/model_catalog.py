@@ -22,6 +22,7 @@ from typing import Any
 
 from llmserve_ref.planning.hardware import GPUS
 from llmserve_ref.planning.kv_math import DTYPE_BITS, ModelShape, from_hf_config
+from llmserve_ref.planning.published import VLLM
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,8 @@ def catalog_as_json() -> str:
     """The models, GPUs and dtypes the page's calculator offers, as JSON.
 
     The docs build writes this to `javascripts/kv-catalog.json`, so the
-    calculator's list can never drift from the catalog the tests check.
+    calculator's list can never drift from the catalog the tests check, and its
+    `gpu_memory_utilization` starts at vLLM's default (`planning.published.VLLM`).
 
     >>> data = json.loads(catalog_as_json())
     >>> data["models"][1]["name"], data["models"][1]["num_kv_heads"], data["dtype_bits"]["fp8"]
@@ -194,4 +196,12 @@ def catalog_as_json() -> str:
         for m in MODELS
     ]
     gpus = [{"name": g.name, "memory_bytes": g.memory_bytes, "source": g.source} for g in GPUS]
-    return json.dumps({"models": models, "gpus": gpus, "dtype_bits": DTYPE_BITS}, indent=1)
+    return json.dumps(
+        {
+            "models": models,
+            "gpus": gpus,
+            "dtype_bits": DTYPE_BITS,
+            "gpu_memory_utilization": VLLM.gpu_memory_utilization,
+        },
+        indent=1,
+    )

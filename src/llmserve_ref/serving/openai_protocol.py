@@ -412,11 +412,14 @@ def sse(obj: dict | str) -> str:
     return f"data: {data}\n\n"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    """The usage object; `cached_tokens`: prompt tokens found in the prefix cache (OpenAI
+    always reports them; vLLM 0.32 with ``--enable-prompt-tokens-details``)."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 

@@ -90,6 +90,12 @@ SCHEMAS = {
             "prompt_tokens": _TOKEN_COUNT,
             "completion_tokens": _TOKEN_COUNT,
             "total_tokens": _TOKEN_COUNT,
+            "prompt_tokens_details": {
+                "description": "Prompt tokens found in the prefix cache, not computed again.",
+                "type": "object",
+                "properties": {"cached_tokens": _TOKEN_COUNT},
+                "required": ["cached_tokens"],
+            },
         },
         "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
     },

@@ -144,6 +144,7 @@ class RequestProgress:
         self.last_token_at: list[float | None] = [None] * self.n
         self.finish_reasons: list[str | None] = [None] * self.n
         self.timings: list[Timings] = []
+        self.num_cached_tokens = 0  # of the prompt all choices share
 
     def record(self, i: int, event: TokenEvent) -> None:
         now = time.perf_counter()
@@ -161,6 +162,7 @@ class RequestProgress:
         if event.finish_reason is not None:
             self.finish_reasons[i] = event.finish_reason
             self.timings.append(event.timings)
+            self.num_cached_tokens = max(self.num_cached_tokens, event.num_cached_tokens)
             if event.finish_reason == "abort":
                 self.metrics.cancelled.inc()
 
@@ -181,7 +183,7 @@ class RequestProgress:
         return body
 
     def usage(self) -> dict:
-        return usage(self.prompt_n, sum(self.tokens))
+        return usage(self.prompt_n, sum(self.tokens), self.num_cached_tokens)
 
     def timings_json(self) -> dict:
         """All choices together: generated tokens add up; times are the longest choice's."""
