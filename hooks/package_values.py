@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable
 
 VALUE = re.compile(r"\{\{\s*(?P<name>llmserve_ref(?:\.\w+)+)\s*(?:\|\s*(?P<spec>[^}]*?)\s*)?\}\}")
 
@@ -40,9 +41,10 @@ def value_of(name: str) -> object:
     raise LookupError(f"{name}: no such module in the package")
 
 
-def substitute(markdown: str) -> str:
-    """`markdown` with every ``{{ llmserve_ref.... }}`` replaced by its value."""
-    return VALUE.sub(lambda m: format(value_of(m["name"]), m["spec"] or ""), markdown)
+def substitute(markdown: str, mark: Callable[[str], str] = str) -> str:
+    """`markdown` with every ``{{ llmserve_ref.... }}`` replaced by its value, passed
+    through `mark` (the prose-number test marks them: they come from the package)."""
+    return VALUE.sub(lambda m: mark(format(value_of(m["name"]), m["spec"] or "")), markdown)
 
 
 # MkDocs hook: first of the hooks, so that every later one sees the values.

@@ -36,7 +36,7 @@ from sybil.parsers.rest import DocTestParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hooks"))
 from package_values import substitute
-from recorded_outputs import REFRESH, Run, is_a_page, key_of, load, package_hash, save
+from recorded_outputs import FENCE, REFRESH, Run, is_a_page, key_of, load, package_hash, save
 from snippets_resolver import mkdocs_config, resolve_includes  # noqa: F401 (re-exported)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,9 +143,13 @@ class Recorder:
         return REFRESH.format(device=self.device)
 
     def save(self) -> None:
-        """Write what ran on this device; blocks that ran and printed nothing lose theirs."""
+        """Write what ran on this device; blocks that ran and printed nothing lose theirs,
+        and so do recordings of blocks the page no longer has (it has fewer blocks now)."""
         for path, blocks in self.printed.items():
             stored = load(path)
+            page = resolve_includes(substitute(path.read_text(encoding="utf-8")))
+            for gone in set(stored) - set(range(len(FENCE.findall(page)))):
+                del stored[gone]
             for index, (pieces, prints) in blocks.items():
                 runs = stored.setdefault(index, {})
                 if any(prints):

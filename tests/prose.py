@@ -27,6 +27,10 @@ ANY_FENCE = re.compile(
 )
 TRANSCRIPT = re.compile(r"""^[ \t]*-+8<-+[ \t]+["']snippets/[^"'\n]+\.txt["'][ \t]*$""", re.M)
 
+# A value written into the prose from the package (hooks/package_values.py), marked as such.
+FROM, END = "\x02", "\x03"
+SUBSTITUTED = re.compile(f"{FROM}[^{END}]*{END}")
+
 # Markup that is not prose: comments (skip directives), link and image targets, attribute
 # lists, HTML tags, bare addresses, reference-style link definitions.
 NOT_PROSE = [
@@ -83,7 +87,7 @@ def clean(text: str) -> str:
 
 def read(path: Path) -> Page:
     """A page, resolved, with its blocks and their recorded outputs."""
-    raw = substitute(path.read_text(encoding="utf-8"))
+    raw = substitute(path.read_text(encoding="utf-8"), mark=lambda value: f"{FROM}{value}{END}")
     text = resolve_includes(raw)
     page = Page(path, text)
     recordings = load(path)
@@ -113,7 +117,7 @@ def topic_pages() -> list[Path]:
 
 def normalized(text: str) -> str:
     """Prose as a sentence is quoted: inline markup gone, whitespace collapsed."""
-    text = clean(text)
+    text = clean(text).replace(FROM, "").replace(END, "")
     text = re.sub(r"!?\[([^\]]*)\]", r"\1", text)  # link text stays, brackets go
     text = re.sub(r"[`*]|(?<!\w)_|_(?!\w)", "", text)  # code ticks, emphasis
     text = re.sub(r"^[ \t]*(?:[-+]|\d+\.|>|\?\?\?\+?|!!!)[ \t]+", " ", text, flags=re.M)
@@ -132,8 +136,8 @@ def numbers(text: str) -> list[tuple[int, str]]:
     text = text.replace("{,}", ",\0\0")  # TeX's thousands separator, offsets kept
     for m in NUMBER.finditer(text):
         token, start = m.group().rstrip(","), m.start()
-        if text[start - 1 : start] == "-" and text[start - 2 : start - 1].isalpha():
-            continue  # Llama-3, GPT-4: part of a name (2-4x is a range)
+        if re.search(r"[A-Za-z]\w*(?:-\d+)*-$", text[max(0, start - 40) : start]):
+            continue  # Llama-3, GPT-4, CVE-2025-46570: part of a name (2-4x is a range)
         if re.match(r"[.:/]\w", text[m.end() : m.end() + 2]):
             continue  # a version, an id, a path, a ratio written a/b
         if re.fullmatch(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|[^,]*", token):

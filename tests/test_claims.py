@@ -10,6 +10,7 @@ rewritten or an assertion dropped fails here, naming the entry.
 
 from __future__ import annotations
 
+import codeop
 import re
 from pathlib import Path
 
@@ -24,17 +25,23 @@ FIELDS = {"sentence", "block", "assert"}
 
 def assert_lines(source: str) -> list[str]:
     """Each assert statement of a block, its continuation lines joined, prompts removed."""
-    lines = [re.sub(r"^(?:>>>|\.\.\.)(?: |$)", "", line).strip() for line in source.splitlines()]
-    statements, current = [], None
-    for line in lines:
-        if line.startswith("assert "):
-            current = [line]
-            statements.append(current)
-        elif current is not None and line and not re.match(r"\w+\s*=|def |for |if |print", line):
-            current.append(line)
-        else:
-            current = None
-    return [" ".join(s) for s in statements]
+    lines = [re.sub(r"^(?:>>>|\.\.\.)(?: |$)", "", line) for line in source.splitlines()]
+    statements = []
+    for i, line in enumerate(lines):
+        if not line.strip().startswith("assert "):
+            continue
+        indent = len(line) - len(line.lstrip())
+        statement = line  # unless a longer run of lines parses
+        for end in range(i + 1, len(lines) + 1):  # the shortest run of lines that parses
+            text = "\n".join(x[indent:] for x in lines[i:end])
+            try:
+                if codeop.compile_command(text, symbol="exec") is not None:
+                    statement = text
+                    break
+            except SyntaxError:
+                continue
+        statements.append(" ".join(statement.split()))
+    return statements
 
 
 def test_the_audit_covers_every_topic_page():
@@ -77,3 +84,8 @@ def test_each_claim_is_on_its_page_and_asserted_in_its_block(page_name):
 def test_assert_lines_reads_pycon_and_python():
     source = ">>> assert a < b, 'x'\n>>> x = 1\n    assert (c ==\n            d)\nprint(1)\n"
     assert assert_lines(source) == ["assert a < b, 'x'", "assert (c == d)"]
+    wrapped = "assert all(\n    x > 0\n    for x in xs\n), 'all positive'\nassert (\n    n == 1)\n"
+    assert assert_lines(wrapped) == [
+        "assert all( x > 0 for x in xs ), 'all positive'",
+        "assert ( n == 1)",
+    ]

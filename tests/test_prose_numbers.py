@@ -8,8 +8,13 @@ A number a reader reads in a sentence, a table or a heading is one of:
   exercise, its solution's blocks count too: the solution is where the answer is checked;
 - written into the prose at build time from the package (``{{ llmserve_ref.... }}``,
   hooks/package_values.py), so it is the package's own constant;
+- in the block that the paragraph it ends introduces: a paragraph that ends in a colon,
+  right above a block, may name the values that block sets or prints;
+- a time in ms or µs, or a share in %, that a block above writes in seconds or as a fraction
+  (20 ms is 0.020 in the code, 92% is 0.92);
 - on the short list below: a year in a date or a citation, a version of a named program, a
-  section, figure, table, stage, step or exercise number, a list's own numbering.
+  section, figure, table, stage, step or exercise number, a port, a list's own numbering, and
+  0, 1 and 2 inside a formula (the constants of $n - 1$, $1/x$, $x^2$).
 
 Anything else fails, with the page, the number and the sentence around it.
 """
@@ -20,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 import pytest
-from prose import Page, numbers, read, topic_pages
+from prose import Page, numbers, plain, read, topic_pages
 
 MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 PROGRAMS = (
@@ -35,7 +40,7 @@ PROGRAMS = (
 ALLOWED_BEFORE = [
     (rf"(?:{MONTHS}|in|since|until|from|by|of|et al\.,?|,|\(|and)\s+$", "a year"),
     (rf"(?:{PROGRAMS})[ -]v?$", "a version"),
-    (r"\bport\s+$", "a port: an address, not a quantity"),
+    (r"\bports?(?:\s+is)?\s+$", "a port: an address, not a quantity"),
     (
         r"(?:Figures?|Fig\.|Tables?|Sections?|§|[Ss]tages?|[Ss]teps?|[Ee]xercises?|[Ee]quations?|"
         r"[Cc]hapters?|[Ll]istings?|Appendix|[Pp]arts?|[Ii]ssues?|#)\s*(?:\d+(?:,\s*|\s+and\s+|"
@@ -46,6 +51,7 @@ ALLOWED_BEFORE = [
 YEAR = re.compile(r"(?:19[5-9]\d|20[0-3]\d)")
 # A list's or an exercise's own numbering: "1. item", "### 2. Title".
 LIST_MARKER = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+)?\d+\.[ \t]", re.MULTILINE)
+MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.DOTALL)
 DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")  # 2026-11-30: a date
 
 
@@ -81,30 +87,64 @@ def exercise_spans(page: Page) -> list[tuple[int, int]]:
 def unbacked(page: Page) -> list[Unbacked]:
     """The numbers of `page`'s prose that no block above them (or in their exercise) holds."""
     exercises = exercise_spans(page)
+    shown = [(block, evidence(block.text)) for block in page.blocks]
     problems = []
     for start, end in page.prose_spans:
         text = LIST_MARKER.sub(lambda m: " " * len(m.group()), page.text[start:end])
         text = DATE.sub(lambda m: " " * len(m.group()), clean_keep_offsets(text))
-        span_exercise = next(((a, b) for a, b in exercises if a <= start < b), None)
-        evidence = set()
-        for block in page.blocks:
-            above = block.end <= start
-            in_exercise = span_exercise and span_exercise[0] <= block.start < span_exercise[1]
-            if above or in_exercise:
-                evidence.update(n for _, n in numbers(block.text))
+        # A paragraph that ends in a colon introduces the block right under it.
+        introduced = next((found for block, found in shown if block.start == end), set())
+        intro = text.rstrip().endswith(":") and len(text.rstrip().rsplit("\n\n", 1)[0])
         for offset, number in numbers(text):
-            if number in evidence or allowed(text, offset, number):
+            where = start + offset
+            forms = {number} | in_code_units(text, offset, number)
+            exercise = next(((a, b) for a, b in exercises if a <= where < b), (0, 0))
+            backed = any(
+                forms & found
+                for block, found in shown
+                if block.end <= where or exercise[0] <= block.start < exercise[1]
+            )
+            backed = backed or (intro is not False and offset >= intro and forms & introduced)
+            if backed or allowed(text, offset, number) or in_math_constant(text, offset, number):
                 continue
             context = " ".join(text[max(0, offset - 60) : offset + 40].split())
             problems.append(Unbacked(page.name, number, context))
     return problems
 
 
+# Code keeps times in seconds and shares as fractions; prose says 20 ms and 92%.
+UNITS = {"ms": 1e3, "µs": 1e6, "%": 1e2}
+UNIT_AFTER = re.compile(r"[x×]?\s?(?P<unit>ms\b|µs\b|%)")
+
+
+def in_code_units(text: str, offset: int, number: str) -> set[str]:
+    """`number` as the code writes it, when the prose gives it in ms, µs or %."""
+    end = offset + len(re.match(r"[\d,.e-]*", text[offset:]).group().rstrip(",."))
+    # the unit of a list applies to all of it: "at 0, 100, 200 and 300 ms"
+    end += len(re.match(r"(?:(?:,\s*|\s+and\s+|\s+or\s+|\s+to\s+|–)[\d.]+)*", text[end:]).group())
+    unit = UNIT_AFTER.match(text, end)
+    return {plain(str(float(number) / UNITS[unit["unit"]]))} if unit else set()
+
+
+def in_math_constant(text: str, offset: int, number: str) -> bool:
+    """0, 1 and 2 inside a formula ($n - 1$, $1/x$, $x^2$): the formula's own constants."""
+    if number not in ("0", "1", "2"):
+        return False
+    return any(m.start() < offset < m.end() for m in MATH.finditer(text))
+
+
+def evidence(text: str) -> set[str]:
+    """Every number a block shows, however its code writes it (``[:128]``, ``1_000``, ``2**61``)."""
+    return {
+        plain(n) for n in re.findall(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?(?:e-?\d+)?", text)
+    }
+
+
 def clean_keep_offsets(text: str) -> str:
     """The prose with markup blanked out, offsets unchanged."""
-    from prose import NOT_PROSE
+    from prose import NOT_PROSE, SUBSTITUTED
 
-    for pattern in NOT_PROSE:
+    for pattern in [*NOT_PROSE, SUBSTITUTED]:  # a value from the package is backed by it
         text = pattern.sub(lambda m: " " * len(m.group()), text)
     return text
 

@@ -90,7 +90,7 @@
       this.status = WAITING;
       this.numPreemptions = 0;
       this.numSkips = 0; // times a later request was admitted ahead of it
-      this.reserved = false; // holds blocks for its whole length: never grows or is preempted
+      this.reserved = false; // a static batch's member: blocks held for its whole length
     }
 
     get numTokens() {
@@ -227,6 +227,7 @@
     admit(out) {
       const isStatic = this.config.batching === "static";
       if (isStatic && this.running.length) return; // a static batch runs until its last finishes
+      if (out.preempted.length) return; // memory ran out this step: an admission would be next
       const blocks = this.blockManager;
       const skipped = [];
       while (this.waiting.length) {
@@ -254,12 +255,10 @@
       this.waiting.unshift(...skipped);
     }
 
-    /* Tokens to hold blocks for at admission: the whole length if it must never grow
-       (a static batch, or a request back from a preemption, which is never preempted again). */
+    /* Tokens to hold blocks for at admission: a static batch's member its whole length, since
+       it never grows; any other request (one resumed after a preemption too) what it has. */
     capacity(request) {
-      if (this.config.batching === "static" || request.numPreemptions) {
-        return request.promptLen + request.maxTokens;
-      }
+      if (this.config.batching === "static") return request.promptLen + request.maxTokens;
       return request.numTokens;
     }
 

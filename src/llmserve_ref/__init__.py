@@ -36,9 +36,10 @@ model/, the tiny Llama and what runs one sequence on it:
 * ``model.attention_probe``: reads one layer's queries, keys, values and attention weights.
   Pages: stage-2/attention.
 * ``model.chat_template``: chat messages to the one token sequence the model continues.
-  Pages: stage-8/prefix-caching.
+  Pages: stage-3/run-a-model-locally, stage-8/prefix-caching.
 * ``model.corpus``: the tiny models' training text, written by a seeded story generator.
-  Pages: stage-5/mqa-and-gqa, stage-6/quantization.
+  Pages: stage-1/tokens-and-the-generation-loop, stage-2/sampling-and-decoding, stage-5/mqa-and-gqa,
+  stage-6/quantization.
 * ``model.detokenizer``: token ids to the text a client may see, one token at a time.
   Pages: stage-6/streaming.
 * ``model.forward_step``: one forward pass of new tokens after cached ones, ready to time.
@@ -72,13 +73,14 @@ model/, the tiny Llama and what runs one sequence on it:
 * ``model.weights``: the two tiny trained models shipped: a target and its draft.
   Pages: stage-1/tokens-and-the-generation-loop, stage-2/attention, stage-2/sampling-and-decoding,
   stage-3/kv-cache, stage-3/run-a-model-locally, stage-4/prefill-vs-decode, stage-5/mqa-and-gqa,
-  stage-6/quantization, stage-6/speculative-decoding, stage-7/pagedattention,
+  stage-6/quantization, stage-6/speculative-decoding, stage-6/streaming, stage-7/pagedattention,
   stage-8/paged-kv-allocator, stage-8/prefix-caching, stage-9/running-a-serving-engine.
 
 engine/, many requests on one model:
 
 * ``engine.batched_engine``: the serving engine: continuous batching on paged KV.
-  Pages: stage-6/streaming, stage-8/prefix-caching, stage-9/running-a-serving-engine.
+  Pages: stage-5/ttft-tpot-throughput, stage-6/streaming, stage-8/prefix-caching,
+  stage-9/running-a-serving-engine.
 * ``engine.block_manager``: the paged KV allocator: block tables, refcounts, prefix cache.
   Pages: stage-7/pagedattention, stage-7/scheduler-simulator, stage-8/paged-kv-allocator,
   stage-8/prefix-caching.
@@ -87,11 +89,11 @@ engine/, many requests on one model:
 * ``engine.engine_core``: the engine core: continuous batching on paged KV, one step at a time.
   Pages: stage-7/pagedattention, stage-8/paged-kv-allocator, stage-8/prefix-caching.
 * ``engine.interface``: what the HTTP server needs from any engine.
-  Pages: stage-6/streaming, stage-9/running-a-serving-engine.
+  Pages: stage-5/ttft-tpot-throughput, stage-6/streaming, stage-9/running-a-serving-engine.
 * ``engine.kv_storage``: the tensors a paged KV cache lives in, indexed by block id.
   Pages: stage-7/pagedattention.
 * ``engine.loop_engine``: the first engine: one worker thread, one forward pass per request.
-  Pages: none.
+  Pages: stage-5/ttft-tpot-throughput.
 * ``engine.model_runner``: one forward pass over every scheduled token, on paged KV.
   Pages: stage-7/pagedattention.
 * ``engine.scheduler``: the batching scheduler: token budget, chunked prefill, preemption.
@@ -109,10 +111,11 @@ planning/, numbers before hardware:
   Pages: stage-7/pagedattention.
 * ``planning.hardware``: the accelerators the pages reason about, each number with its source.
   Pages: stage-3/kv-cache, stage-4/kv-cache-size-math, stage-4/prefill-vs-decode,
-  stage-5/memory-vs-compute-bound, stage-5/ttft-tpot-throughput, stage-6/quantization,
-  stage-6/speculative-decoding, stage-6/static-vs-continuous-batching,
-  stage-6/tensor-and-pipeline-parallelism, stage-7/cost-and-capacity-planning,
-  stage-7/pagedattention, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
+  stage-5/memory-vs-compute-bound, stage-5/mqa-and-gqa, stage-5/ttft-tpot-throughput,
+  stage-6/flashattention, stage-6/quantization, stage-6/speculative-decoding,
+  stage-6/static-vs-continuous-batching, stage-6/tensor-and-pipeline-parallelism,
+  stage-7/cost-and-capacity-planning, stage-7/pagedattention, stage-7/pd-disaggregation,
+  stage-7/scheduler-simulator.
 * ``planning.kv_math``: the bytes a model's keys and values take, and how many requests fit.
   Pages: stage-3/kv-cache, stage-4/kv-cache-size-math, stage-4/prefill-vs-decode,
   stage-5/memory-vs-compute-bound, stage-5/mqa-and-gqa, stage-6/tensor-and-pipeline-parallelism,
@@ -132,11 +135,14 @@ planning/, numbers before hardware:
 * ``planning.phases``: prefill, decode and decode without a cache, as forward passes to time.
   Pages: stage-3/kv-cache, stage-4/prefill-vs-decode.
 * ``planning.published``: what other systems and papers state, each with its source and version.
-  Pages: none.
+  Pages: stage-4/kv-cache-size-math, stage-5/mqa-and-gqa, stage-6/quantization,
+  stage-6/static-vs-continuous-batching, stage-7/cost-and-capacity-planning, stage-7/pagedattention,
+  stage-9/running-a-serving-engine.
 * ``planning.roofline``: the roofline: is a step bound by memory bandwidth or by arithmetic?
   Pages: stage-3/kv-cache, stage-4/prefill-vs-decode, stage-5/memory-vs-compute-bound,
   stage-6/quantization, stage-6/speculative-decoding, stage-6/static-vs-continuous-batching,
-  stage-7/cost-and-capacity-planning, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
+  stage-7/cost-and-capacity-planning, stage-7/pagedattention, stage-7/pd-disaggregation,
+  stage-7/scheduler-simulator.
 * ``planning.simulator``: a discrete-step serving simulator: scheduler plus step-time model.
   Pages: stage-5/ttft-tpot-throughput, stage-6/static-vs-continuous-batching,
   stage-7/cost-and-capacity-planning, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
@@ -153,6 +159,8 @@ serving/, the HTTP face:
 * ``serving.bench_client``: a benchmark client for OpenAI-compatible streaming endpoints.
   Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint,
   stage-6/static-vs-continuous-batching, stage-9/running-a-serving-engine.
+* ``serving.bench_harness``: servers side by side: loads × runs, fresh prompts, min-median-max.
+  Pages: stage-9/running-a-serving-engine.
 * ``serving.bench_metrics``: benchmark numbers (TTFT, TPOT, ITL, goodput) from request timelines.
   Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint.
 * ``serving.fake_server``: a server with known latencies, to check a benchmark client.

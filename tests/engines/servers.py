@@ -212,6 +212,7 @@ def vllm_command(
         str(port),
         "--dtype",
         "float32",  # bfloat16 flips near-ties in the logits; float32 matches ours exactly
+        "--enable-prompt-tokens-details",  # usage's cached_tokens, which ours always reports
         *knobs(block_size, kv_cache_memory_bytes),
     ]
 

@@ -17,7 +17,12 @@ SLOS = {"tight TPOT": SLO(ttft=1.5, tpot=0.015), "loose TPOT": SLO(ttft=1.5, tpo
 
 
 def run(
-    setup: str, rate: float, prompt: int = 8192, output: int = 128, num_requests: int = 500
+    setup: str,
+    rate: float,
+    prompt: int = 8192,
+    output: int = 128,
+    num_requests: int = 500,
+    record_steps: bool = False,
 ) -> SimResult:
     """Prompts and outputs lognormal around `prompt` and `output` tokens, Poisson arrivals at
     `rate`, every H100 at the efficiency vLLM measured."""
@@ -29,13 +34,17 @@ def run(
         seed=0,
     )
     if setup == "4 colocated":
-        return simulate(workload, instance_pool(LLAMA, H100, num_instances=4, efficiency=VLLM_H100))
+        colocated = instance_pool(
+            LLAMA, H100, num_instances=4, token_budget=2048, efficiency=VLLM_H100
+        )
+        return simulate(workload, colocated, record_steps=record_steps)
     prefill = int(setup[0])
     return simulate(
         workload,
         instance_pool(LLAMA, H100, num_instances=prefill, token_budget=8192, efficiency=VLLM_H100),
         decode=instance_pool(LLAMA, H100, num_instances=4 - prefill, efficiency=VLLM_H100),
         kv_transfer_time=kv_transfer(LLAMA.config, 50e9),  # 400 Gb/s RDMA between nodes
+        record_steps=record_steps,
     )
 
 

@@ -143,9 +143,11 @@ def uptrain(
 
 # --8<-- [start:attention]
 def repeat_kv(k: torch.Tensor, group: int) -> torch.Tensor:
-    """``[b, kv, S, d]`` → ``[b, kv * group, S, d]``: a copy of each head per query head.
+    """``[b, kv, S, d]`` → ``[b, kv * group, S, d]``: each head once per query head.
 
-    As Hugging Face's Llama does it: expand (free), then reshape (the copy).
+    As Hugging Face's Llama does it: expand (free), then reshape, which copies when
+    there are several K/V heads. With one K/V head the reshape is still a view (the
+    head axis has stride 0), and the copy happens later, inside the matmul that reads it.
     """
     if group == 1:
         return k

@@ -52,7 +52,7 @@ def lengths(median: int, sigma: float, high: int = 8000) -> Lengths:
 def kv_cache_tokens(
     m: CatalogModel, g: GPU, weight_dtype: str = "bf16", kv_dtype: str = "bf16"
 ) -> int:
-    """Tokens of KV cache one GPU holds beside the weights (vLLM's 90% utilization)."""
+    """Tokens of KV cache one GPU holds beside the weights, at vLLM's default utilization."""
     budget = kv_cache_budget(g.memory_bytes, weight_bytes(m.num_parameters, weight_dtype))
     tokens = max_kv_tokens(m.config, budget, kv_dtype)
     if tokens == 0:

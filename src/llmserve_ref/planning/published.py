@@ -93,3 +93,60 @@ class GQAPaper:
 
 
 GQA_PAPER = GQAPaper()
+
+
+@dataclass(frozen=True)
+class Int8TensorCorePeaks:
+    """INT8 Tensor Core peaks in TOPS, as NVIDIA's datasheets print them.
+
+    The hardware catalog keeps bf16 and fp8 peaks only; W8A8 in int8 needs these.
+    """
+
+    # H100 datasheet, https://www.nvidia.com/en-us/data-center/h100/, H100 SXM column,
+    # "INT8 Tensor Core 3,958 TOPS*", where * means with sparsity: dense is half.
+    h100_sxm_with_sparsity: int = 3958
+    # A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/, "INT8 Tensor Core
+    # 624 TOPS | 1248 TOPS*": dense, then with sparsity.
+    a100_dense: int = 624
+
+
+INT8_TOPS = Int8TensorCorePeaks()
+
+
+@dataclass(frozen=True)
+class PagedAttentionPaper:
+    """Kwon et al., "Efficient Memory Management for Large Language Model Serving with
+    PagedAttention", SOSP 2023, https://arxiv.org/abs/2309.06180 (v1)."""
+
+    # Section 1 (and Figure 2, "Average percentage of memory wastes in different LLM serving
+    # systems during the experiment in §6.2"): "only 20.4% - 38.2% of the KV cache memory is
+    # used to store the actual token states in the existing systems".
+    token_state_share_low: float = 0.204
+    token_state_share_high: float = 0.382
+    # The abstract: "vLLM improves the throughput of popular LLMs by 2-4x with the same level
+    # of latency compared to the state-of-the-art systems, such as FasterTransformer and Orca".
+    throughput_gain_low: int = 2
+    throughput_gain_high: int = 4
+
+
+PAGED_ATTENTION_PAPER = PagedAttentionPaper()
+
+
+@dataclass(frozen=True)
+class VLLMBlockSizes:
+    """vLLM's KV cache block sizes, in tokens, as of `version`."""
+
+    version: str = "0.32.0"
+    # vllm/config/cache.py, CacheConfig.DEFAULT_BLOCK_SIZE: the block size when none is
+    # given, unless the attention backend prefers another
+    # (Platform.update_block_size_for_backend in vllm/platforms/interface.py).
+    default: int = 16
+    # vllm/platforms/cpu.py, CpuPlatform.check_and_update_config: `cache_config.block_size =
+    # 128` when none is given (models without MLA).
+    cpu_default: int = 128
+    # vllm/v1/attention/backends/cpu_attn.py, CPUAttentionBackend.
+    # get_supported_kernel_block_sizes: `[MultipleOf(32)]`.
+    cpu_multiple_of: int = 32
+
+
+VLLM_BLOCK_SIZES = VLLMBlockSizes()
