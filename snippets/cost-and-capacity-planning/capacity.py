@@ -6,8 +6,9 @@
 
 Simulates one GPU serving the model (continuous batching, its KV cache sized from
 its memory, step times from the roofline scaled by an efficiency) to find the
-highest request rate it sustains with 90% of requests within both latency
-targets, then sizes the deployment for the peak rate and prices it at the average
+highest request rate at which a short replay keeps 90% of requests within both
+latency targets (an upper bound for steady traffic, whose queue takes longer to
+build), then sizes the deployment for the peak rate and prices it at the average
 one. The efficiency defaults to what vLLM measured on an H100 (MFU 0.58, MBU 0.50);
 give your own engine's if you measured it. Prices are yours to give: the defaults
 are examples.
@@ -90,7 +91,10 @@ def main() -> None:
         f"{args.prompt_len}, median output {args.output_len} tokens; targets TTFT "
         f"{args.ttft:g} s, TPOT {args.tpot * 1e3:g} ms"
     )
-    print(f"one GPU sustains {p.sustainable_rate_per_gpu:.1f} requests/s with 90% in target")
+    print(
+        f"one GPU keeps 90% in target up to {p.sustainable_rate_per_gpu:.1f} requests/s in a "
+        "short replay (an upper bound for steady traffic)"
+    )
     print(
         f"GPUs: {p.gpus_for_throughput} for throughput, {p.gpus_for_memory} for KV memory "
         f"-> {p.gpus}, {p.utilization:.0%} busy on average"

@@ -7,14 +7,16 @@ from matplotlib.figure import Figure
 from llmserve_ref.planning.capacity import instance_pool
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
-from llmserve_ref.planning.simulator import simulate
+from llmserve_ref.planning.simulator import SimResult, simulate
 from llmserve_ref.planning.workload import LogNormal, sample_workload
 
 SIGMAS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25)
 
 
-def throughputs(sigma: float, num_requests: int = 600) -> dict[str, float]:
-    """Output tokens/s of both policies: prompts ~512, outputs of median 128 and spread sigma."""
+def gap_runs(
+    sigma: float, num_requests: int = 600, record_steps: bool = False
+) -> dict[str, SimResult]:
+    """Both policies on one workload: prompts ~512, outputs of median 128 and spread sigma."""
     workload = sample_workload(
         num_requests,
         float("inf"),
@@ -25,10 +27,17 @@ def throughputs(sigma: float, num_requests: int = 600) -> dict[str, float]:
     pool = instance_pool(model("Llama-3.1-8B"), gpu("H100-SXM"))
     return {
         batching: simulate(
-            workload, replace(pool, config=replace(pool.config, batching=batching))
-        ).throughput()
+            workload,
+            replace(pool, config=replace(pool.config, batching=batching)),
+            record_steps=record_steps,
+        )
         for batching in ("static", "continuous")
     }
+
+
+def throughputs(sigma: float, num_requests: int = 600) -> dict[str, float]:
+    """Output tokens/s of both policies (see `gap_runs`)."""
+    return {batching: r.throughput() for batching, r in gap_runs(sigma, num_requests).items()}
 
 
 def figure() -> Figure:

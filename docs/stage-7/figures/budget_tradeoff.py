@@ -1,19 +1,50 @@
 """TTFT, TPOT and throughput as the per-step token budget varies (at vLLM's measured efficiency)."""
 
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
 from matplotlib.figure import Figure
 
 from llmserve_ref.planning.capacity import instance_pool
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
-from llmserve_ref.planning.roofline import VLLM_H100
+from llmserve_ref.planning.roofline import VLLM_H100, StepCost
 from llmserve_ref.planning.simulator import simulate
 from llmserve_ref.planning.workload import LogNormal, sample_workload
 
 BUDGETS = (256, 512, 1024, 2048, 4096, 8192)
 
 
-def sweep() -> dict[int, tuple[float, float, float]]:
-    """token budget: (output tokens/s, p90 TTFT s, p90 TPOT s), 1,000 requests at 22.5/s."""
+@dataclass
+class Split:
+    """`cost`, adding up apart the compute time and the memory time of the steps it times."""
+
+    cost: StepCost
+    compute: float = 0.0  # seconds, summed over steps
+    memory: float = 0.0
+    busy: float = 0.0  # the steps' own times: each the larger of its two
+    steps: int = 0
+    compute_bound: int = 0  # steps whose compute time is the larger
+
+    def step_time(self, num_tokens: int, kv_tokens_read: int, attention_pairs: int) -> float:
+        compute = self.cost.compute_time(num_tokens, attention_pairs)
+        memory = self.cost.memory_time(num_tokens, kv_tokens_read)
+        self.compute, self.memory = self.compute + compute, self.memory + memory
+        self.busy += max(compute, memory)
+        self.steps += 1
+        self.compute_bound += compute > memory
+        return max(compute, memory)
+
+
+class Row(NamedTuple):
+    throughput: float  # output tokens/s
+    ttft: float  # p90, seconds
+    tpot: float  # p90, seconds
+    split: Split
+
+
+def sweep() -> dict[int, Row]:
+    """One row per token budget: 1,000 requests at 22.5/s."""
     workload = sample_workload(
         1000, 22.5, LogNormal(1024, 1.0, high=8000), LogNormal(128, 1.0, high=2048), seed=0
     )
@@ -22,8 +53,11 @@ def sweep() -> dict[int, tuple[float, float, float]]:
         pool = instance_pool(
             model("Llama-3.1-8B"), gpu("H100-SXM"), token_budget=budget, efficiency=VLLM_H100
         )
-        r = simulate(workload, pool)
-        rows[budget] = (r.throughput(), r.percentile("ttft", 90), r.percentile("tpot", 90))
+        split = Split(pool.cost)
+        r = simulate(workload, replace(pool, cost=split))
+        rows[budget] = Row(
+            r.throughput(), r.percentile("ttft", 90), r.percentile("tpot", 90), split
+        )
     return rows
 
 

@@ -219,7 +219,10 @@ def sustainable_rate(
     """The highest arrival rate at which `attainment` of requests meet `slo`, by bisection.
 
     Zero when even an idle pool misses the targets. The same seeded requests are
-    replayed at every rate, so the search is deterministic.
+    replayed at every rate, so the search is deterministic. A replay of
+    `num_requests` ends before a queue that grows slowly has grown much, so for
+    steady traffic the rate found is an upper bound: check a plan with a longer
+    replay (the cost-and-capacity page does).
     """
 
     def meets(rate: float) -> bool:
