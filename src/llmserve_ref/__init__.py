@@ -137,7 +137,7 @@ planning/, numbers before hardware:
 * ``planning.published``: what other systems and papers state, each with its source and version.
   Pages: stage-4/kv-cache-size-math, stage-5/mqa-and-gqa, stage-6/quantization,
   stage-6/static-vs-continuous-batching, stage-7/cost-and-capacity-planning, stage-7/pagedattention,
-  stage-7/scheduler-simulator, stage-9/running-a-serving-engine.
+  stage-7/scheduler-simulator, stage-8/prefix-caching, stage-9/running-a-serving-engine.
 * ``planning.roofline``: the roofline: is a step bound by memory bandwidth or by arithmetic?
   Pages: stage-3/kv-cache, stage-4/prefill-vs-decode, stage-5/memory-vs-compute-bound,
   stage-6/quantization, stage-6/speculative-decoding, stage-6/static-vs-continuous-batching,
