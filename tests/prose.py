@@ -79,9 +79,14 @@ class Page:
         return [b for b in self.blocks if b.language in ("python", "pycon") and marker in b.source]
 
 
+def blank(match: re.Match) -> str:
+    return " " * len(match.group())
+
+
 def clean(text: str) -> str:
+    """`text` with its markup blanked out, every offset kept."""
     for pattern in NOT_PROSE:
-        text = pattern.sub(" ", text)
+        text = pattern.sub(blank, text)
     return text
 
 
