@@ -392,7 +392,11 @@ def test_every_page_meets_wcag_a_and_aa_in_light_and_dark(page, site_url, built_
         for url in urls:
             page.goto(url)
             page.wait_for_load_state("networkidle")  # progress.js has marked the nav and map
-            assert page.evaluate("document.body.dataset.mdColorScheme") == scheme, url
+            # Material's script applies the preferred scheme once it runs: on a busy machine,
+            # that can be after the network is idle.
+            page.wait_for_function(
+                f"document.body.dataset.mdColorScheme === {scheme!r}", timeout=15_000
+            )
             found += [f"{url} ({preference}): {v}" for v in axe_violations(page, source)]
         # The map's colours change with the reader's progress: all three states at once.
         page.evaluate(
