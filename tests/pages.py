@@ -36,6 +36,8 @@ from sybil.parsers.rest import DocTestParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hooks"))
 from package_values import substitute
+from page_blocks import SKIP, modules, run_as_module
+from page_blocks import transcript as prompts_and_output
 from recorded_outputs import FENCE, REFRESH, Run, is_a_page, key_of, load, package_hash, save
 from snippets_resolver import mkdocs_config, resolve_includes  # noqa: F401 (re-exported)
 
@@ -50,20 +52,27 @@ PYTHON_FENCE = re.compile(
     r"^[ \t]*(?:>[ \t]*)*(`{3,}|~{3,})[ \t]*\{?\.?(?:python3?|py3?|pycon|ipython3?)\b",
     re.MULTILINE | re.IGNORECASE,
 )
-SKIP = re.compile(r"<!--+\s*skip:\s*(?P<action>\w+)(?P<reason>[^\n]*?)\s*--+>")
 # An include line as pymdownx.snippets reads it: `--8<-- "path"` or `--8<-- "path:section"`,
 # alone on its line (escaped as `;--8<--`, or inside other text, it is shown, not included).
 INCLUDE = re.compile(r"""^[ \t]*-+8<-+[ \t]+(?P<q>["'])(?P<target>[^\n]+?)(?P=q)$""", re.MULTILINE)
 
 
 class PageDocument(Document):
-    """A Markdown page, parsed after its includes are resolved."""
+    """A Markdown page, parsed after its includes are resolved.
+
+    `modules` maps the index of each block that includes a whole script with a command line
+    to the module it runs as (hooks/page_blocks.py), as the page's notebook runs it.
+    """
+
+    modules: dict[int, str]
 
     @classmethod
     def parse(cls, path: str, *parsers, encoding: str = "utf-8") -> Document:
         # As the build does: the package's values first (hooks/package_values.py), then includes.
-        text = resolve_includes(substitute(Path(path).read_text(encoding=encoding)))
+        raw = substitute(Path(path).read_text(encoding=encoding))
+        text = resolve_includes(raw)
         document = cls(text, path)
+        document.modules = modules(raw, text)
         for parser in parsers:
             for region in parser(document):
                 document.add(region)
@@ -166,11 +175,7 @@ RECORDER = Recorder()
 
 def transcript(example: doctest.Example, got: str) -> str:
     """One pycon example as it really ran: its source, then what it printed."""
-    lines = example.source.rstrip("\n").split("\n")
-    text = "".join(f"{'>>>' if i == 0 else '...'} {line}\n" for i, line in enumerate(lines))
-    if example.exc_msg is not None:
-        got = f"Traceback (most recent call last):\n...\n{got}"
-    return text + got
+    return prompts_and_output(example.source, got, raised=example.exc_msg is not None)
 
 
 @dataclass
@@ -197,14 +202,18 @@ class CodeBlocks:
                     yield example
             else:
                 region.parsed = source
-                region.evaluator = self._python(index, source)
+                module = getattr(document, "modules", {}).get(index)
+                region.evaluator = self._python(index, source, module)
                 yield region
 
-    def _python(self, index: int, source: str):
+    def _python(self, index: int, source: str, module: str | None = None):
         def evaluate(example: Example) -> None:
             printed = io.StringIO()
             with contextlib.redirect_stdout(Tee(sys.stdout, printed)):
-                self.python(example)
+                if module is None:
+                    self.python(example)
+                else:  # a script with a command line runs as a module, as in the notebook
+                    run_as_module(source, module, example.namespace, example.path)
             output = printed.getvalue()
             self.recorder.add(example.path, index, source, output, bool(output.strip()))
 
@@ -231,9 +240,9 @@ CODE_BLOCKS = CodeBlocks()
 
 
 def _page_setup(namespace: dict) -> None:
-    # Snippets guard their command line with `if __name__ == "__main__":`; on a page
-    # they are shown as a module, so the guard must see another name.
-    namespace["__name__"] = "__page__"
+    # A page runs as a notebook's cells do, in `__main__`; a script with a command line
+    # runs as a module (CodeBlocks), so its `if __name__ == "__main__":` part stays out.
+    namespace["__name__"] = "__main__"
 
 
 def page_sybil() -> Sybil:
