@@ -4,7 +4,7 @@ A page that quotes a vLLM default or a paper's figure reads it from here, writte
 prose at build time (``{{ llmserve_ref.planning.published.VLLM.gpu_memory_utilization }}``,
 see hooks/package_values.py) or imported by a block, so the fact is typed once, next to its
 source and the version it was read from. The engines session checks the vLLM defaults
-against the vLLM it installs (tests/engines/test_published_vs_vllm.py).
+against the vLLM it installs (tests/peers/test_published_vs_vllm.py).
 
 >>> VLLM.version, VLLM.gpu_memory_utilization
 ('0.32.0', 0.92)
@@ -127,9 +127,70 @@ class PagedAttentionPaper:
     # of latency compared to the state-of-the-art systems, such as FasterTransformer and Orca".
     throughput_gain_low: int = 2
     throughput_gain_high: int = 4
+    # Section 6.2 (Figure 12, first row: OPT-13B, 66B and 175B on ShareGPT), read in the
+    # paper's text: "vLLM can sustain 1.7×–2.7× higher request rates compared to Orca
+    # (Oracle) and 2.7×–8× compared to Orca (Max), while maintaining similar latencies".
+    # Orca (Max) reserves each request the model's maximum sequence length, Orca (Oracle)
+    # exactly the output it will write (Section 6.1). Its latency is the normalized latency:
+    # each request's end-to-end latency divided by its output length, averaged.
+    rate_gain_vs_oracle_low: float = 1.7
+    rate_gain_vs_oracle_high: float = 2.7
+    rate_gain_vs_max_low: float = 2.7
+    rate_gain_vs_max_high: float = 8.0
+    # Same section, Figure 13a (OPT-13B, ShareGPT at 2 requests/s): vLLM "processes 2.2×
+    # more requests at the same time than Orca (Oracle) and 4.3× more requests than Orca
+    # (Max)".
+    batched_vs_oracle: float = 2.2
+    batched_vs_max: float = 4.3
+    # Section 7.2, "Impact of block size", Figure 18b: on ShareGPT, block sizes from 16 to
+    # 128 perform best; on Alpaca's shorter sequences, 16 and 32 do and larger ones lose,
+    # which is why vLLM's default is 16.
+    best_block_size_low: int = 16
+    best_block_size_high: int = 128
 
 
 PAGED_ATTENTION_PAPER = PagedAttentionPaper()
+
+
+@dataclass(frozen=True)
+class SGLangRouter:
+    """SGLang's router (the SGLang Model Gateway): how it spreads requests over replicas."""
+
+    # sgl-project/sglang, docs/advanced_features/router.md at commit
+    # 046ed665927fef15969f34e06a2552b721edd063, "Load Balancing Policies": `cache_aware`,
+    # the default, "combines cache locality with load balancing, falling back to shortest
+    # queue"; the thresholds are the "Cache-Aware Tuning" table's defaults (the same page's
+    # example command passes --cache-threshold 0.5 and --balance-abs-threshold 32).
+    default_policy: str = "cache_aware"
+    cache_threshold: float = 0.3  # "Minimum prefix match ratio"
+    balance_abs_threshold: int = 64  # "Absolute load threshold"
+    balance_rel_threshold: float = 1.5  # "Relative load ratio"
+
+
+SGLANG_ROUTER = SGLangRouter()
+
+
+@dataclass(frozen=True)
+class OpenAIPromptCaching:
+    """How OpenAI's API caches prompts, routes them to their cache, and prices cached input."""
+
+    # openai/openai-cookbook, examples/Prompt_Caching_201.ipynb at commit
+    # 0dee719e3d86c5679443d5790b2cd0910f57152a, section 1.1: caching "works automatically for
+    # prompts containing 1024 tokens or more, with cache hits occurring in increments of 128
+    # tokens"; section 4.4: "Requests are routed to inference engines based on a hash of the
+    # first ~256 tokens of the prompt", and an engine takes "roughly ~15 requests per minute
+    # per prefix" before the excess spreads to more machines, each "a one-time cache miss".
+    min_prompt_tokens: int = 1024
+    hit_increment_tokens: int = 128
+    routing_prefix_tokens: int = 256
+    requests_per_minute_per_prefix: int = 15
+    # Section 2.2, "Cost Impact": the cached-input discount on the input price per model.
+    gpt_4o_cached_discount: float = 0.50
+    gpt_4_1_cached_discount: float = 0.75
+    gpt_5_2_cached_discount: float = 0.90
+
+
+OPENAI_PROMPT_CACHING = OpenAIPromptCaching()
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,18 @@ Instances come in pools. One pool serves requests start to finish (colocated);
 with a second, `decode`, pool, the first only prefills and samples the first
 token, then hands the request's KV cache to a decode instance after
 `kv_transfer_time(prompt_len)` seconds (prefill/decode disaggregation,
-DistServe, arXiv:2401.09670). A router sends each arrival to the instance of its
-pool with the fewest unfinished requests.
+DistServe, arXiv:2401.09670). A router sends each arrival to an instance of the
+first pool: by default the one with the fewest unfinished requests, or as another
+`llmserve_ref.planning.routing` policy decides (a hand-off goes to the least-loaded
+decode instance). Requests that carry token ids share their prefixes through each
+instance's own prefix cache, and a request whose `max_tokens` exceeds its `output_len`
+stops after `output_len` tokens, its end of sequence. A config's `reservation` runs the
+engine on contiguous regions (`llmserve_ref.planning.fragmentation.allocator`).
 
 Time is simulated by always stepping the instance whose next step starts first,
 after any arrival or hand-off due by then.
 
->>> from llmserve_ref.engine.scheduler import SchedulerConfig
+>>> from llmserve_ref.engine.scheduler_config import SchedulerConfig
 >>> from llmserve_ref.planning.workload import RequestSpec
 >>> class TenMsPerStep:
 ...     def step_time(self, num_tokens, kv_tokens_read, attention_pairs):
@@ -41,8 +46,13 @@ from typing import Protocol
 
 import numpy as np
 
-from llmserve_ref.engine.scheduler import Request, RequestStatus, Scheduler, SchedulerConfig
-from llmserve_ref.planning.kv_math import KVFormat, ModelShape, kv_bytes_per_token
+from llmserve_ref.engine.request import Request, RequestStatus
+from llmserve_ref.engine.scheduler import Scheduler
+from llmserve_ref.engine.scheduler_config import SchedulerConfig
+from llmserve_ref.planning.fragmentation import allocator
+from llmserve_ref.planning.kv_math import KVFormat, kv_bytes_per_token
+from llmserve_ref.planning.model_shape import ModelShape
+from llmserve_ref.planning.routing import LeastLoaded, Router, least_loaded
 from llmserve_ref.planning.slo import SLO
 from llmserve_ref.planning.workload import RequestSpec
 
@@ -96,6 +106,8 @@ class RequestMetrics:
     first_token_time: float = math.nan
     finish_time: float = math.nan
     num_preemptions: int = 0
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache when first admitted
+    instance: int = -1  # where the router sent it
 
     @property
     def ttft(self) -> float:
@@ -112,6 +124,11 @@ class RequestMetrics:
     @property
     def e2e_latency(self) -> float:
         return self.finish_time - self.arrival_time
+
+    @property
+    def normalized_latency(self) -> float:
+        """End-to-end latency per output token, the PagedAttention paper's measure."""
+        return self.e2e_latency / self.output_len
 
     def meets(self, slo: SLO) -> bool:
         """Whether this request met every latency target of `slo`."""
@@ -161,6 +178,12 @@ class SimResult:
         """The fraction of requests that met every latency target."""
         return sum(m.meets(slo) for m in self.requests) / len(self.requests)
 
+    def hit_rate(self) -> float:
+        """The share of prompt tokens found in a prefix cache."""
+        return sum(m.cached_tokens for m in self.requests) / sum(
+            m.prompt_len for m in self.requests
+        )
+
     def percentile(self, metric: str, q: float) -> float:
         """The `q`-th percentile of "ttft", "tpot" or "e2e_latency" (one-token outputs left out).
 
@@ -187,9 +210,8 @@ class _Instance:
         return len(self.scheduler.waiting) + len(self.scheduler.running)
 
 
-def _route(instances: list[_Instance], request: Request, now: float) -> None:
-    """Join the least-loaded instance; an idle one starts its next step no earlier than now."""
-    instance = min(instances, key=_Instance.load)
+def _join(instance: _Instance, request: Request, now: float) -> None:
+    """Queue `request` on `instance`; an idle one starts its next step no earlier than now."""
     if not instance.scheduler.has_unfinished_requests():
         instance.clock = max(instance.clock, now)
     instance.scheduler.add_request(request)
@@ -204,17 +226,26 @@ class _Run:
         pools: Sequence[Pool],
         kv_transfer_time: Callable[[int], float],
         record_steps: bool,
+        router: Router,
     ) -> None:
         self.metrics = {
             r.request_id: RequestMetrics(r.request_id, r.arrival_time, r.prompt_len, r.output_len)
             for r in workload
         }
+        # The answer's token ids, for requests that carry ids: what each step "samples".
+        self.answers = {r.request_id: r.token_ids[r.prompt_len :] for r in workload if r.token_ids}
+        self.router = router
         # One list per pool; instances are numbered across pools, in pool order.
         self.pools: list[list[_Instance]] = []
         for p in pools:
             start = sum(len(group) for group in self.pools)
             self.pools.append(
-                [_Instance(start + i, Scheduler(p.config), p.cost) for i in range(p.num_instances)]
+                [
+                    _Instance(
+                        start + i, Scheduler(p.config, block_manager=allocator(p.config)), p.cost
+                    )
+                    for i in range(p.num_instances)
+                ]
             )
         self.disaggregated = len(pools) == 2
         self.arrivals = sorted(workload, key=lambda r: r.arrival_time)[::-1]  # pop(): earliest
@@ -244,14 +275,19 @@ class _Run:
     def arrive(self) -> None:
         """Route the next arrival to the first pool; a prefill pool stops it after one token."""
         spec = self.arrivals.pop()
-        max_tokens = 1 if self.disaggregated else spec.output_len
-        request = Request(spec.request_id, spec.prompt_len, max_tokens)
-        _route(self.pools[0], request, spec.arrival_time)
+        max_tokens = 1 if self.disaggregated else spec.max_tokens or spec.output_len
+        prompt = None if spec.token_ids is None else list(spec.token_ids[: spec.prompt_len])
+        request = Request(spec.request_id, spec.prompt_len, max_tokens, token_ids=prompt)
+        instances = self.pools[0]
+        index = self.router.route([i.load() for i in instances], prompt)
+        self.metrics[spec.request_id].instance = instances[index].index
+        _join(instances[index], request, spec.arrival_time)
 
     def hand_over(self) -> None:
         """Route the next prefilled request whose KV cache has arrived to the decode pool."""
         ready, _, request = heapq.heappop(self.handoffs)
-        _route(self.pools[1], request, ready)
+        instances = self.pools[1]
+        _join(instances[least_loaded([i.load() for i in instances])], request, ready)
 
     def step(self, instance: _Instance) -> None:
         """Run one scheduler step on `instance`, for as long as its cost model predicts."""
@@ -269,7 +305,18 @@ class _Run:
         self.num_steps += 1
         for request_id in out.preempted:
             self.metrics[request_id].num_preemptions += 1
-        for request in instance.scheduler.update_from_output(out):
+        sampled = {
+            request_id: self.answers[request_id][r.num_output_tokens]
+            for request_id, r in out.scheduled.items()
+            if r.token_ids is not None
+        }
+        for request in instance.scheduler.update_from_output(out, sampled):
+            m = self.metrics[request.request_id]
+            if (
+                request.status is RequestStatus.RUNNING
+                and request.num_output_tokens == m.output_len
+            ):
+                instance.scheduler.finish(request)  # its end-of-sequence token, before max_tokens
             self.record_token(request, instance.clock)
 
     def record_token(self, request: Request, now: float) -> None:
@@ -278,6 +325,7 @@ class _Run:
         m = self.metrics[request.request_id]
         if math.isnan(m.first_token_time):
             m.first_token_time = now
+            m.cached_tokens = max(request.num_cached_tokens, 0)
         if request.status is not RequestStatus.FINISHED:
             return
         if request.max_tokens < m.output_len:  # only prefilled
@@ -309,10 +357,12 @@ def simulate(
     decode: Pool | None = None,
     kv_transfer_time: Callable[[int], float] = lambda prompt_len: 0.0,
     record_steps: bool = False,
+    router: Router | None = None,
 ) -> SimResult:
-    """Serve `workload` on `pool` (colocated) or on `pool` then `decode` (disaggregated)."""
+    """Serve `workload` on `pool` (colocated) or on `pool` then `decode` (disaggregated),
+    routing arrivals with `router` (default: `LeastLoaded`)."""
     pools = [pool] if decode is None else [pool, decode]
-    run = _Run(workload, pools, kv_transfer_time, record_steps)
+    run = _Run(workload, pools, kv_transfer_time, record_steps, router or LeastLoaded())
     while (event := run.next_event()) is not None:
         event()
     return run.result()

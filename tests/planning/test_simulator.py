@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 
 import pytest
 
-from llmserve_ref.engine.scheduler import SchedulerConfig
+from llmserve_ref.engine.scheduler_config import SchedulerConfig
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model
 from llmserve_ref.planning.roofline import VLLM_H100, Efficiency, StepCost
+from llmserve_ref.planning.routing import CacheAware, LeastLoaded, PrefixAffinity, RandomRouter
 from llmserve_ref.planning.simulator import Pool, RequestMetrics, SimResult, simulate
 from llmserve_ref.planning.slo import SLO
-from llmserve_ref.planning.workload import Fixed, LogNormal, RequestSpec, Uniform, sample_workload
+from llmserve_ref.planning.workload import (
+    Fixed,
+    LogNormal,
+    RequestSpec,
+    Uniform,
+    conversations,
+    sample_workload,
+)
 
 
 @dataclass(frozen=True)
@@ -172,3 +181,78 @@ def test_the_same_inputs_give_the_same_result():
     workload = sample_workload(100, 20.0, LogNormal(100, 1.0), LogNormal(50, 1.0), seed=5)
     a, b = (simulate(workload, Pool(CONFIG, LinearCost(per_token=1e-4))) for _ in range(2))
     assert a.requests == b.requests
+
+
+def test_the_default_router_is_least_loaded():
+    workload = sample_workload(60, 30.0, Uniform(10, 300), Uniform(1, 40), seed=3)
+    pool = Pool(CONFIG, LinearCost(per_token=1e-4), num_instances=3)
+    assert (
+        simulate(workload, pool).requests == simulate(workload, pool, router=LeastLoaded()).requests
+    )
+
+
+def test_a_request_finds_the_prefix_an_earlier_one_left_on_its_instance():
+    prefix = tuple(range(100))
+    specs = [
+        RequestSpec(
+            str(i), float(i), 110, 3, prefix + tuple(range(1000 * (i + 1), 1000 * (i + 1) + 13))
+        )
+        for i in range(3)
+    ]
+    result = simulate(specs, Pool(CONFIG, LinearCost(per_token=1e-3)), record_steps=True)
+    assert [m.cached_tokens for m in result.requests] == [0, 96, 96]  # 6 full blocks of 16
+    assert result.hit_rate() == pytest.approx(192 / 330)
+    assert result.steps[-3].num_scheduled_tokens == {"2": 14}  # only what was not cached
+    assert [m.instance for m in result.requests] == [0, 0, 0]
+
+
+def test_routing_decides_the_hit_rate_across_instances():
+    chats = conversations(
+        24,
+        turns=4,
+        rate=4.0,
+        system_len=64,
+        question_len=Uniform(40, 80),
+        answer_len=Uniform(5, 10),
+        think_time=1.0,
+        seed=0,
+    )
+    pool = Pool(CONFIG, LinearCost(per_token=1e-4), num_instances=4)
+    one = simulate(chats, Pool(CONFIG, LinearCost(per_token=1e-4))).hit_rate()
+    spread = simulate(chats, pool, router=RandomRouter(seed=0))
+    cache = simulate(chats, pool, router=CacheAware(balance_abs_threshold=2))
+    affinity = simulate(chats, pool, router=PrefixAffinity())
+    assert spread.hit_rate() < cache.hit_rate() <= one
+    assert affinity.hit_rate() == pytest.approx(one)  # one system prompt: one replica does all
+    assert {m.instance for m in affinity.requests} == {affinity.requests[0].instance}
+    per_instance = Counter(m.instance for m in cache.requests)
+    assert len(per_instance) >= 3  # spread when loads drift apart, where affinity put all on one
+    # With loads this light, the default thresholds never find them out of balance: every
+    # first turn matches the system prompt best where it was first sent.
+    sticky = simulate(chats, pool, router=CacheAware())
+    assert {m.instance for m in sticky.requests} == {0}
+
+
+def test_a_request_stops_at_its_end_of_sequence_before_max_tokens():
+    spec = RequestSpec("r", 0.0, prompt_len=20, output_len=4)
+    cost = LinearCost(fixed=0.010)
+    exact = simulate([spec], Pool(CONFIG, cost)).requests[0]
+    early = simulate([replace(spec, max_tokens=500)], Pool(CONFIG, cost)).requests[0]
+    assert early.finish_time == exact.finish_time == pytest.approx(0.040)
+    assert early.normalized_latency == pytest.approx(0.040 / 4)
+
+
+def test_a_reservation_admits_fewer_requests_at_once():
+    workload = [
+        replace(r, max_tokens=200)
+        for r in sample_workload(40, math.inf, Uniform(20, 60), Uniform(5, 40), seed=1)
+    ]
+    small = {"token_budget": 256, "max_num_seqs": 32, "block_size": 16, "num_blocks": 64}
+    steps = {}
+    for reservation in ("paged", "max_tokens", "context"):
+        config = SchedulerConfig(**small, reservation=reservation, max_model_len=512)
+        result = simulate(workload, Pool(config, LinearCost()), record_steps=True)
+        assert all(not math.isnan(m.finish_time) for m in result.requests)
+        steps[reservation] = max(len(s.num_scheduled_tokens) for s in result.steps)
+    # 64 blocks: 2 regions of 512 tokens, at most 4 of up to 260, and paged as many as fit.
+    assert steps["context"] == 2 and steps["max_tokens"] <= 4 < steps["paged"]
