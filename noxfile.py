@@ -1,10 +1,12 @@
-"""Sessions: tests(device) for cpu|mps|cuda, docs (strict build), serve, lint, bench, engines.
+"""Sessions: tests(device) for cpu|mps|cuda, docs (strict build), serve, lint, notebooks, bench,
+engines.
 
 python3 -m venv .venv && .venv/bin/python -m pip install nox   # then .venv/bin/nox, or activate
 nox -s tests                        # every device present; absent ones skip in one line
 nox -s "tests(device='cuda')" -- --force-device   # absent device = failure, not skip
 nox -s "tests(device='cpu')" -- --record-outputs  # record what page blocks print
-nox -s docs serve lint
+nox -s docs serve lint              # lint: ruff, and mypy on the package
+nox -s notebooks                    # every topic page's notebook, run and checked (~7 min)
 nox -s engines                      # real vLLM (CPU build) beside our server; installs ~4 GB
 nox -s robustness                   # Schemathesis fuzz and a 32-stream soak, live server
 """
@@ -75,6 +77,15 @@ def tests(session: nox.Session, device: str) -> None:
 
 
 @nox.session
+def notebooks(session: nox.Session) -> None:
+    """Every topic page's notebook run in a fresh kernel and compared with its page (the tests
+    session runs only those of the pages a change touched, and one more: tests/site/)."""
+    install(session, "tests")
+    env = {**ENV, "LLMSERVE_DEVICE": "cpu", "TRITON_INTERPRET": "1", "LLMSERVE_NOTEBOOKS": "all"}
+    session.run("pytest", "tests/site/test_notebooks.py", *session.posargs, env=env)
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks: each prints ratios measured side by side in one run (never a unit test)."""
     install(session, "tests")
@@ -93,7 +104,7 @@ def bench(session: nox.Session) -> None:
         session.run(
             "pytest",
             "-q",
-            "tests/test_triton_attention.py",
+            "tests/kernels/test_triton_attention.py",
             env={**env, "LLMSERVE_DEVICE": "cpu", "TRITON_INTERPRET": "1"},
         )
 
@@ -127,12 +138,21 @@ PYTHON_FILES = [
 ]
 
 
+# Pinned, as ruff is: a newer mypy finds new things, and CI must not fail on an upgrade.
+MYPY = "mypy==2.4.1"
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
-    """`ruff check`, and `ruff format --check` on the Python files: one code style on every page."""
+    """`ruff check`, and `ruff format --check` on the Python files: one code style on every
+    page; then mypy on the package (its settings in pyproject.toml), against the libraries it
+    imports, installed as the tests session installs them."""
     session.install(RUFF)
     session.run("ruff", "check", *PYTHON_FILES)
     session.run("ruff", "format", "--check", *PYTHON_FILES)
+    install(session, "plot,serving,triton")
+    session.install(MYPY)
+    session.run("mypy")
 
 
 # The engines session runs real vLLM beside our server. Its CPU build pins torch==2.13.0+cpu,
@@ -205,14 +225,14 @@ def engines(session: nox.Session) -> None:
         session.run("npm", "ci", "--prefix", "clients/ts", "--no-audit", "--no-fund", external=True)
     env = {**ENV, "LLMSERVE_DEVICE": "cpu"}
     try:
-        with timed(session, timings, f"servers up, pytest tests/engines {ENGINES_PAGE}"):
+        with timed(session, timings, f"servers up, pytest tests/peers {ENGINES_PAGE}"):
             # Both servers start once, around the whole run, and the environment says where
             # they are: the tests use them, and so do the page's blocks, which skip in the
             # tests session (LLMSERVE_ENGINES unset) and here must run. -s: the tests print
             # the benchmark tables into the session's log.
             session.run(
-                "python", "tests/engines/with_servers.py",
-                "pytest", "tests/engines", ENGINES_PAGE, LLAMA_CPP_PAGE, "-s", *session.posargs,
+                "python", "tests/peers/with_servers.py",
+                "pytest", "tests/peers", ENGINES_PAGE, LLAMA_CPP_PAGE, "-s", *session.posargs,
                 env=env,
             )  # fmt: skip
     finally:

@@ -11,7 +11,7 @@ next request when the last one ends. For each C:
    ``llmserve-ref serve`` runs) and `LoopEngine` (the first engine: one forward pass per
    request per step). Hugging Face's `generate` on the same weights serves one request at
    a time, so it is measured once, at C = 1, and that is its throughput at any C.
-2. **HTTP**: ``llmserve-ref bench`` (`llmserve_ref.serving.bench_client`) against
+2. **HTTP**: ``llmserve-ref bench`` (`llmserve_ref.bench.bench_client`) against
    ``llmserve-ref serve`` (the batched engine, on a thread of this process).
 
 Output tokens per second and the median time to first token, then the ratios the targets
@@ -34,14 +34,14 @@ from transformers import LlamaForCausalLM
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import logging as hf_logging
 
+from llmserve_ref.bench.bench_client import BenchConfig, make_prompt, run
 from llmserve_ref.engine.batched_engine import BatchedEngine
 from llmserve_ref.engine.interface import Engine, EngineRequest
 from llmserve_ref.engine.loop_engine import LoopEngine
 from llmserve_ref.model.sampling import SamplingParams
 from llmserve_ref.model.weights import TARGET_DIR
 from llmserve_ref.planning.workload import Fixed
-from llmserve_ref.serving.bench_client import BenchConfig, make_prompt, run
-from llmserve_ref.serving.server import serve_in_thread
+from llmserve_ref.serving.launcher import serve_in_thread
 
 PROMPT_LEN = OUTPUT_LEN = 32
 GREEDY = SamplingParams(temperature=0)

@@ -11,7 +11,7 @@ itself, so pyproject.toml stays the only place the version is written.
 The wheel is built from a copy of the package in a temporary directory: setuptools
 writes `build/` and `*.egg-info` where it builds, and neither may land in the source
 tree (`mkdocs serve` watches it, and would rebuild for ever). `install_commands()` is the
-one home of the lines: the box shows them and tests/test_wheel.py runs them.
+one home of the lines: the box shows them and tests/site/test_wheel.py runs them.
 """
 
 from __future__ import annotations

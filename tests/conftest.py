@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +94,8 @@ def tiny_llama():
     (any `ModelConfig` field), its weights seeded by `seed`, in eval mode on `device`."""
     import torch
 
-    from llmserve_ref.model.llama import Llama, ModelConfig
+    from llmserve_ref.model.llama import Llama
+    from llmserve_ref.model.llama_config import ModelConfig
 
     def make(*, seed: int = 0, device: str = "cpu", **overrides):
         torch.manual_seed(seed)
@@ -114,7 +116,7 @@ def built_site(tmp_path_factory) -> Build:
 @pytest.fixture(scope="module")
 def server():
     """Our server (the batched engine, the tiny model) on a free port, for one test module."""
-    from llmserve_ref.serving.server import serve_in_thread
+    from llmserve_ref.serving.launcher import serve_in_thread
 
     with serve_in_thread("tiny") as running:
         yield running
@@ -126,3 +128,21 @@ def client(server):
     from openai import OpenAI
 
     return OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+
+
+JSON = {"content-type": "application/json"}
+
+
+def post(server, body: dict | bytes, endpoint: str = "completions", **kwargs) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = kwargs.pop("headers", JSON)
+    return httpx.post(
+        f"{server.url}/v1/{endpoint}", content=content, headers=headers, timeout=30, **kwargs
+    )
+
+
+def error_of(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error

@@ -1,11 +1,11 @@
-"""A page's prose, its numbers, and the blocks that back them (tests/test_claims.py and
-tests/test_prose_numbers.py).
+"""A page's prose, its numbers, and the blocks that back them (tests/site/test_claims.py and
+tests/site/test_prose_numbers.py).
 
 A page is read as the suite runs it: includes resolved (tests/pages.py), every fence taken
 out of the prose. What is left is what a reader reads as text: paragraphs, lists, tables,
 headings, admonitions, inline code and math. The Python blocks are the page's evidence:
 what they run and, from `recordings/`, what they printed. So is a snippet's transcript
-shown in a ```console block, which tests/test_snippets.py checks against the script.
+shown in a ```console block, which tests/site/test_snippets.py checks against the script.
 """
 
 from __future__ import annotations

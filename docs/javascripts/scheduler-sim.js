@@ -11,7 +11,7 @@
  *     instances (colocated serving; the disaggregated hand-off is not ported);
  *   - llmserve_ref.planning.workload (sampleWorkload and its length distributions): the same
  *     distributions, from a seeded generator of its own (not numpy's random numbers).
- * tests/test_scheduler_sim_js.py runs this core under Node on workloads made in Python and
+ * tests/site/test_scheduler_sim_js.py runs this core under Node on workloads made in Python and
  * checks the schedule step by step and the metrics against the Python simulator.
  *
  * In a browser it also mounts the widget in <div id="scheduler-sim">, with the step-time

@@ -17,9 +17,7 @@ from pathlib import Path
 from llmserve_ref.planning.hardware import GPUS, gpu
 from llmserve_ref.planning.kv_math import (
     DTYPE_BITS,
-    ModelShape,
     format_bytes,
-    from_hf_config,
     kv_bytes_per_batch,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
@@ -29,6 +27,7 @@ from llmserve_ref.planning.kv_math import (
     weight_bytes,
 )
 from llmserve_ref.planning.model_catalog import match_config
+from llmserve_ref.planning.model_shape import ModelShape, from_hf_config
 from llmserve_ref.planning.published import VLLM
 
 

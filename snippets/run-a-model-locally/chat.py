@@ -37,7 +37,7 @@ def chat(base_url: str, model: str, prompt: str) -> None:
 if __name__ == "__main__":
     model, prompt = os.environ.get("MODEL", "tiny"), "Tell me a story about Zoé."
     if "--serve" in sys.argv:  # no server at hand: run ours inside this script
-        from llmserve_ref.serving.server import serve_in_thread
+        from llmserve_ref.serving.launcher import serve_in_thread
 
         with serve_in_thread("tiny") as server:
             chat(server.base_url, model, prompt)

@@ -4,11 +4,11 @@ Every module is one concept from LLM inference and serving, written to be read,
 and every page of the site shows code from here.
 
 The module map. The package is layered, kernels/ < model/ < engine/ < planning/ <
-serving/, with device.py under all of them and cli.py above: a module imports only from
-its own layer or a lower one (tests/test_layers.py checks it). Each entry says what the
-module is and names the pages that use it, ``stage-N/page`` for docs/stage-N/page.md (a
-page uses a module when it includes a section of it or imports from it);
-tests/test_module_map.py keeps the list complete and current.
+serving/ < bench/, with device.py under all of them and cli.py above: a module imports
+only from its own layer or a lower one (tests/package/test_layers.py checks it). Each
+entry says what the module is and names the pages that use it, ``stage-N/page`` for
+docs/stage-N/page.md (a page uses a module when it includes a section of it or imports
+from it); tests/package/test_module_map.py keeps the list complete and current.
 
 device.py, under every layer:
 
@@ -48,6 +48,8 @@ model/, the tiny Llama and what runs one sequence on it:
   Pages: stage-1/tokens-and-the-generation-loop, stage-2/sampling-and-decoding, stage-3/kv-cache,
   stage-4/prefill-vs-decode, stage-6/quantization, stage-6/speculative-decoding,
   stage-7/pagedattention, stage-8/paged-kv-allocator.
+* ``model.gguf_export``: exports the tiny model to GGUF for llama.cpp and Ollama.
+  Pages: stage-3/run-a-model-locally.
 * ``model.gqa``: multi-head to grouped-query attention: mean-pool K/V heads, uptrain.
   Pages: stage-5/mqa-and-gqa.
 * ``model.kv_cache``: the KV cache of one batch: every layer's keys and values, kept.
@@ -58,6 +60,9 @@ model/, the tiny Llama and what runs one sequence on it:
   stage-4/prefill-vs-decode, stage-5/memory-vs-compute-bound, stage-5/mqa-and-gqa,
   stage-6/speculative-decoding, stage-6/tensor-and-pipeline-parallelism, stage-7/pagedattention,
   stage-8/prefix-caching.
+* ``model.llama_config``: the tiny Llama's shape, with Hugging Face's ``LlamaConfig`` names.
+  Pages: stage-2/attention, stage-5/memory-vs-compute-bound,
+  stage-6/tensor-and-pipeline-parallelism.
 * ``model.parallel``: tensor and pipeline parallelism across processes (torch.distributed).
   Pages: stage-6/tensor-and-pipeline-parallelism.
 * ``model.quantization``: weights and the KV cache in fewer bits, and computing with them.
@@ -81,24 +86,41 @@ engine/, many requests on one model:
 * ``engine.batched_engine``: the serving engine: continuous batching on paged KV.
   Pages: stage-5/ttft-tpot-throughput, stage-6/streaming, stage-8/prefix-caching,
   stage-9/running-a-serving-engine.
+* ``engine.block_invariants``: what must hold of the paged allocator after every operation.
+  Pages: stage-8/paged-kv-allocator.
 * ``engine.block_manager``: the paged KV allocator: block tables, refcounts, prefix cache.
   Pages: stage-7/pagedattention, stage-7/scheduler-simulator, stage-8/paged-kv-allocator,
   stage-8/prefix-caching.
-* ``engine.core_worker``: the engine core's loop in its own process or thread.
+* ``engine.core_worker``: the engine core's loop in its own process or thread, and its messages.
   Pages: none.
 * ``engine.engine_core``: the engine core: continuous batching on paged KV, one step at a time.
   Pages: stage-7/pagedattention, stage-8/paged-kv-allocator, stage-8/prefix-caching.
-* ``engine.interface``: what the HTTP server needs from any engine.
+* ``engine.engine_config``: the serving engine's knobs, by vLLM's names.
+  Pages: stage-8/prefix-caching, stage-9/running-a-serving-engine.
+* ``engine.interface``: what the HTTP server and an engine hand each other.
   Pages: stage-5/ttft-tpot-throughput, stage-6/streaming, stage-9/running-a-serving-engine.
+* ``engine.kv_block``: one block of KV memory, and its name in the prefix cache.
+  Pages: stage-7/pagedattention, stage-7/scheduler-simulator, stage-8/paged-kv-allocator,
+  stage-8/prefix-caching.
 * ``engine.kv_storage``: the tensors a paged KV cache lives in, indexed by block id.
   Pages: stage-7/pagedattention.
 * ``engine.loop_engine``: the first engine: one worker thread, one forward pass per request.
   Pages: stage-5/ttft-tpot-throughput.
 * ``engine.model_runner``: one forward pass over every scheduled token, on paged KV.
+  Pages: none.
+* ``engine.output_processor``: token ids to each stream's text, stop strings, times, endings.
+  Pages: stage-6/streaming.
+* ``engine.paged_batch``: one step's packed tokens, attending through block tables.
   Pages: stage-7/pagedattention.
+* ``engine.request``: a request as the scheduler sees it: counted in tokens.
+  Pages: stage-7/pagedattention, stage-7/pd-disaggregation, stage-7/scheduler-simulator,
+  stage-8/paged-kv-allocator, stage-8/prefix-caching.
 * ``engine.scheduler``: the batching scheduler: token budget, chunked prefill, preemption.
-  Pages: stage-5/ttft-tpot-throughput, stage-7/pagedattention, stage-7/pd-disaggregation,
-  stage-7/scheduler-simulator, stage-8/paged-kv-allocator, stage-8/prefix-caching.
+  Pages: stage-7/pagedattention, stage-7/pd-disaggregation, stage-7/scheduler-simulator,
+  stage-8/paged-kv-allocator, stage-8/prefix-caching.
+* ``engine.scheduler_config``: the knobs of one engine instance: budget, seats, blocks, policy.
+  Pages: stage-5/ttft-tpot-throughput, stage-7/pagedattention, stage-7/scheduler-simulator,
+  stage-8/paged-kv-allocator, stage-8/prefix-caching.
 * ``engine.speculative``: speculative decoding: a draft guesses, the target checks at once.
   Pages: stage-6/speculative-decoding.
 
@@ -106,16 +128,17 @@ planning/, numbers before hardware:
 
 * ``planning.capacity``: GPUs for a load under an SLO, cost per token, API break-even.
   Pages: stage-5/ttft-tpot-throughput, stage-6/static-vs-continuous-batching,
-  stage-7/cost-and-capacity-planning, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
-* ``planning.fragmentation``: KV memory held versus used: what reserving wastes.
-  Pages: stage-7/pagedattention.
+  stage-7/cost-and-capacity-planning, stage-7/pagedattention, stage-7/pd-disaggregation,
+  stage-7/scheduler-simulator, stage-8/prefix-caching.
+* ``planning.fragmentation``: KV memory held versus used: what reserving wastes, and how.
+  Pages: stage-7/pagedattention, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
 * ``planning.hardware``: the accelerators the pages reason about, each number with its source.
   Pages: stage-3/kv-cache, stage-4/kv-cache-size-math, stage-4/prefill-vs-decode,
   stage-5/memory-vs-compute-bound, stage-5/mqa-and-gqa, stage-5/ttft-tpot-throughput,
   stage-6/flashattention, stage-6/quantization, stage-6/speculative-decoding,
   stage-6/static-vs-continuous-batching, stage-6/tensor-and-pipeline-parallelism,
   stage-7/cost-and-capacity-planning, stage-7/pagedattention, stage-7/pd-disaggregation,
-  stage-7/scheduler-simulator.
+  stage-7/scheduler-simulator, stage-8/prefix-caching.
 * ``planning.kv_math``: the bytes a model's keys and values take, and how many requests fit.
   Pages: stage-3/kv-cache, stage-4/kv-cache-size-math, stage-4/prefill-vs-decode,
   stage-5/memory-vs-compute-bound, stage-5/mqa-and-gqa, stage-6/tensor-and-pipeline-parallelism,
@@ -131,54 +154,82 @@ planning/, numbers before hardware:
   stage-5/mqa-and-gqa, stage-5/ttft-tpot-throughput, stage-6/flashattention, stage-6/quantization,
   stage-6/speculative-decoding, stage-6/static-vs-continuous-batching,
   stage-6/tensor-and-pipeline-parallelism, stage-7/cost-and-capacity-planning,
-  stage-7/pagedattention, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
+  stage-7/pagedattention, stage-7/pd-disaggregation, stage-7/scheduler-simulator,
+  stage-8/prefix-caching.
+* ``planning.model_shape``: a model's attention shape, read from its ``config.json``.
+  Pages: stage-3/kv-cache, stage-4/kv-cache-size-math, stage-5/mqa-and-gqa,
+  stage-7/pd-disaggregation, stage-9/running-a-serving-engine.
 * ``planning.phases``: prefill, decode and decode without a cache, as forward passes to time.
   Pages: stage-3/kv-cache, stage-4/prefill-vs-decode.
+* ``planning.prefix_sharing``: many requests on one system prompt: blocks held, reads not saved.
+  Pages: stage-8/prefix-caching.
 * ``planning.published``: what other systems and papers state, each with its source and version.
   Pages: stage-4/kv-cache-size-math, stage-5/mqa-and-gqa, stage-6/quantization,
   stage-6/static-vs-continuous-batching, stage-7/cost-and-capacity-planning, stage-7/pagedattention,
   stage-7/scheduler-simulator, stage-8/prefix-caching, stage-9/running-a-serving-engine.
+* ``planning.radix_cache``: a token-granular prefix matcher: a radix tree over token ids.
+  Pages: stage-8/prefix-caching.
 * ``planning.roofline``: the roofline: is a step bound by memory bandwidth or by arithmetic?
   Pages: stage-3/kv-cache, stage-4/prefill-vs-decode, stage-5/memory-vs-compute-bound,
   stage-6/quantization, stage-6/speculative-decoding, stage-6/static-vs-continuous-batching,
   stage-7/cost-and-capacity-planning, stage-7/pagedattention, stage-7/pd-disaggregation,
-  stage-7/scheduler-simulator.
+  stage-7/scheduler-simulator, stage-8/prefix-caching.
+* ``planning.routing``: routing requests across replicas: least-loaded, random, by prefix.
+  Pages: stage-7/pd-disaggregation, stage-7/scheduler-simulator, stage-8/prefix-caching.
 * ``planning.simulator``: a discrete-step serving simulator: scheduler plus step-time model.
   Pages: stage-5/ttft-tpot-throughput, stage-6/static-vs-continuous-batching,
-  stage-7/cost-and-capacity-planning, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
+  stage-7/cost-and-capacity-planning, stage-7/pagedattention, stage-7/pd-disaggregation,
+  stage-7/scheduler-simulator, stage-8/prefix-caching.
 * ``planning.slo``: latency targets (TTFT, TPOT, E2E) that decide goodput.
   Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint,
   stage-7/cost-and-capacity-planning, stage-7/pd-disaggregation, stage-7/scheduler-simulator.
-* ``planning.workload``: synthetic workloads: arrival times and lengths, from a seed.
+* ``planning.workload``: synthetic workloads: arrivals, lengths, shared prefixes, from a seed.
   Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint,
   stage-6/static-vs-continuous-batching, stage-7/cost-and-capacity-planning, stage-7/pagedattention,
-  stage-7/pd-disaggregation, stage-7/scheduler-simulator, stage-9/running-a-serving-engine.
-
+  stage-7/pd-disaggregation, stage-7/scheduler-simulator, stage-8/prefix-caching,
+  stage-9/running-a-serving-engine.
 serving/, the HTTP face:
 
-* ``serving.bench_client``: a benchmark client for OpenAI-compatible streaming endpoints.
-  Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint,
-  stage-6/static-vs-continuous-batching, stage-9/running-a-serving-engine.
-* ``serving.bench_harness``: servers side by side: loads × runs, fresh prompts, min-median-max.
+* ``serving.app``: the ASGI app: routes, middleware, error handlers.
   Pages: stage-9/running-a-serving-engine.
-* ``serving.bench_metrics``: benchmark numbers (TTFT, TPOT, ITL, goodput) from request timelines.
-  Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint.
-* ``serving.fake_server``: a server with known latencies, to check a benchmark client.
-  Pages: stage-6/benchmark-an-endpoint.
-* ``serving.gguf_export``: exports the tiny model to GGUF for llama.cpp and Ollama.
-  Pages: stage-3/run-a-model-locally.
+* ``serving.errors``: OpenAI's error body: how the server says no.
+  Pages: stage-9/running-a-serving-engine.
+* ``serving.handlers``: the OpenAI route handlers: admit a request, answer it whole or streamed.
+  Pages: stage-6/streaming, stage-9/running-a-serving-engine.
+* ``serving.launcher``: an engine, the app and the transport, started (names the engines).
+  Pages: stage-3/run-a-model-locally, stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint,
+  stage-6/static-vs-continuous-batching, stage-6/streaming, stage-8/prefix-caching,
+  stage-9/running-a-serving-engine.
 * ``serving.limits``: what one request may ask of the server, checked up front.
   Pages: stage-9/running-a-serving-engine.
 * ``serving.metrics``: the server's Prometheus metrics in the text format.
   Pages: none.
-* ``serving.openai_protocol``: the OpenAI API on the wire: requests, chunks, error bodies.
-  Pages: stage-9/running-a-serving-engine.
+* ``serving.openai_parsing``: request bytes to a checked request, or an error naming the field.
+  Pages: none.
+* ``serving.openai_requests``: the OpenAI API's requests, and what each asks of the engine.
+  Pages: none.
+* ``serving.openai_responses``: the OpenAI API's answers: objects, chunks, usage, logprobs.
+  Pages: stage-6/streaming.
 * ``serving.openapi``: the server's OpenAPI 3.1 document (GET /openapi.json).
   Pages: none.
-* ``serving.server``: the OpenAI-compatible HTTP server, in front of an `Engine`.
-  Pages: stage-3/run-a-model-locally, stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint,
-  stage-6/static-vs-continuous-batching, stage-6/streaming, stage-8/prefix-caching,
-  stage-9/running-a-serving-engine.
+* ``serving.streams``: server-sent events: the response that writes each event as it comes.
+  Pages: none.
+* ``serving.transport``: uvicorn and the sockets: Nagle off, slow headers, graceful shutdown.
+  Pages: none.
+
+bench/, a server measured from outside:
+
+* ``bench.bench_cli``: ``llmserve-ref bench``: its flags, progress line and report.
+  Pages: none.
+* ``bench.bench_client``: a benchmark client for OpenAI-compatible streaming endpoints.
+  Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint,
+  stage-6/static-vs-continuous-batching, stage-9/running-a-serving-engine.
+* ``bench.bench_harness``: servers side by side: loads × runs, fresh prompts, min-median-max.
+  Pages: stage-9/running-a-serving-engine.
+* ``bench.bench_metrics``: benchmark numbers (TTFT, TPOT, ITL, goodput) from request timelines.
+  Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint.
+* ``bench.fake_server``: a server with known latencies, to check a benchmark client.
+  Pages: stage-6/benchmark-an-endpoint.
 
 cli.py, above every layer:
 

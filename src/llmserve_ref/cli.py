@@ -35,7 +35,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from llmserve_ref.engine.batched_engine import EngineConfig
+    from llmserve_ref.engine.engine_config import EngineConfig
     from llmserve_ref.serving.limits import Limits
 
 SIZE = re.compile(r"(\d+(?:\.\d+)?)([A-Za-z]*)")
@@ -48,7 +48,7 @@ def size_suffixes() -> dict[str, int]:
     >>> size_suffixes()["G"], size_suffixes()["g"], size_suffixes()["GiB"]
     (1073741824, 1000000000, 1073741824)
     """
-    from llmserve_ref.planning.kv_math import UNITS  # "B", "KiB", ...: the binary units
+    from llmserve_ref.planning.kv_math import UNITS
 
     suffixes = {"": 1}
     for power, unit in enumerate(UNITS[1:], start=1):
@@ -89,9 +89,7 @@ def origins(text: str) -> list[str]:
 
 
 def add_serve(commands: argparse._SubParsersAction) -> None:
-    from llmserve_ref.engine.batched_engine import EngineConfig
     from llmserve_ref.model.weights import MODEL_DIRS
-    from llmserve_ref.serving.limits import Limits
 
     parser = commands.add_parser("serve", help="serve a tiny model over the OpenAI API")
     parser.add_argument(
@@ -116,64 +114,78 @@ def add_serve(commands: argparse._SubParsersAction) -> None:
         default="batched",
         help="batched: continuous batching on paged KV; loop: one forward pass per request",
     )
-    engine = parser.add_argument_group("batched engine (vLLM's flags, same meaning)")
+    add_engine_flags(parser.add_argument_group("batched engine (vLLM's flags, same meaning)"))
+    add_access_flags(parser.add_argument_group("access"))
+    add_limit_flags(parser.add_argument_group("limits (each refusal is an OpenAI error naming it)"))
+    parser.set_defaults(run=run_serve)
+
+
+def add_engine_flags(group: argparse._ArgumentGroup) -> None:
+    """The batched engine's knobs, with `EngineConfig`'s defaults."""
+    from llmserve_ref.engine.engine_config import EngineConfig
+
     defaults = EngineConfig()
-    engine.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs)
-    engine.add_argument(
+    group.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs)
+    group.add_argument(
         "--max-num-batched-tokens", type=int, default=defaults.max_num_batched_tokens
     )
-    engine.add_argument("--block-size", type=int, default=defaults.block_size)
-    engine.add_argument(
+    group.add_argument("--block-size", type=int, default=defaults.block_size)
+    group.add_argument(
         "--enable-prefix-caching",
         action=argparse.BooleanOptionalAction,
         default=defaults.enable_prefix_caching,
     )
-    engine.add_argument("--max-model-len", type=int, default=None)
-    engine.add_argument(
+    group.add_argument("--max-model-len", type=int, default=None)
+    group.add_argument(
         "--kv-cache-memory-bytes",
         type=memory_bytes,
         default=defaults.kv_cache_memory_bytes,
         help="KV cache size, e.g. 67108864 or 64MiB",
     )
-    access = parser.add_argument_group("access")
-    access.add_argument(
+
+
+def add_access_flags(group: argparse._ArgumentGroup) -> None:
+    """Who may call the server: an API key, and web origins (CORS)."""
+    group.add_argument(
         "--api-key",
         default=os.environ.get("LLMSERVE_API_KEY"),
         help="clients must send 'Authorization: Bearer KEY' to /v1/* (default: "
         "$LLMSERVE_API_KEY; unset: no key)",
     )
-    access.add_argument(
+    group.add_argument(
         "--allowed-origins",
         type=origins,
         default=[],
         help="web origins whose pages may call the server from a browser (CORS), as vLLM "
         """takes them: a JSON list, e.g. '["https://app.example"]'; default none""",
     )
-    limits = parser.add_argument_group("limits (each refusal is an OpenAI error naming it)")
+
+
+def add_limit_flags(group: argparse._ArgumentGroup) -> None:
+    """What one request may ask of the server, with `Limits`' defaults."""
+    from llmserve_ref.serving.limits import Limits
+
     defaults = Limits()
-    limits.add_argument(
-        "--max-request-bytes", type=memory_bytes, default=defaults.max_request_bytes
-    )
-    limits.add_argument("--max-stop-strings", type=int, default=defaults.max_stop_strings)
-    limits.add_argument("--max-stop-chars", type=int, default=defaults.max_stop_chars)
-    limits.add_argument(
+    group.add_argument("--max-request-bytes", type=memory_bytes, default=defaults.max_request_bytes)
+    group.add_argument("--max-stop-strings", type=int, default=defaults.max_stop_strings)
+    group.add_argument("--max-stop-chars", type=int, default=defaults.max_stop_chars)
+    group.add_argument(
         "--max-pending-seqs",
         type=int,
         default=defaults.max_pending_seqs,
         help="sequences running or waiting; beyond it, 429 with Retry-After",
     )
-    limits.add_argument(
+    group.add_argument(
         "--header-timeout", type=float, default=defaults.header_timeout_s, metavar="SECONDS"
     )
-    limits.add_argument(
+    group.add_argument(
         "--body-timeout", type=float, default=defaults.body_timeout_s, metavar="SECONDS"
     )
-    parser.set_defaults(run=run_serve)
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The batched engine's settings from ``serve``'s flags."""
-    from llmserve_ref.engine.batched_engine import EngineConfig
+    from llmserve_ref.engine.engine_config import EngineConfig
 
     return EngineConfig(
         max_num_seqs=args.max_num_seqs,
@@ -200,7 +212,8 @@ def server_limits(args: argparse.Namespace) -> Limits:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from llmserve_ref.serving.server import Access, serve
+    from llmserve_ref.serving.app import Access
+    from llmserve_ref.serving.launcher import serve
 
     serve(
         args.model,
@@ -217,7 +230,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def add_bench(commands: argparse._SubParsersAction) -> None:
-    # Its options belong to serving.bench_client, which parses them (and --help) itself.
+    # Its options belong to bench.bench_cli, which parses them (and --help) itself.
     parser = commands.add_parser(
         "bench",
         help="benchmark an OpenAI-compatible streaming endpoint",
@@ -229,7 +242,7 @@ def add_bench(commands: argparse._SubParsersAction) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from llmserve_ref.serving.bench_client import cli
+    from llmserve_ref.bench.bench_cli import cli
 
     cli(args.args)
     return 0

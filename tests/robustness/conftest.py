@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from llmserve_ref.serving.server import RunningServer, serve_in_thread
+from llmserve_ref.serving.launcher import RunningServer, serve_in_thread
 
 if os.environ.get("LLMSERVE_ROBUSTNESS") != "1":
     collect_ignore_glob = ["test_*.py"]

@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from openapi_checks import check_events
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -25,10 +26,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
     unsupported_method,
 )
-from test_openapi import check_events  # tests/ is on sys.path: see the root conftest.py
 
+from llmserve_ref.serving.launcher import RunningServer
 from llmserve_ref.serving.openapi import openapi_document
-from llmserve_ref.serving.server import RunningServer
 
 # Per route and phase: about 580 requests in all, 1-1.5 minutes on two CPU cores.
 EXAMPLES = 50

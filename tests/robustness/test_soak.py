@@ -17,7 +17,7 @@ import pytest
 from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmserve_ref.serving.server import RunningServer
+from llmserve_ref.serving.launcher import RunningServer
 
 SEED = 0
 CLIENTS = 32
@@ -119,7 +119,11 @@ def test_soak_leaves_no_sequence_and_no_kv_block_behind(server: RunningServer):
     # Hung-up requests are cancelled in the engine core by a message: wait until it says
     # it holds nothing (a bound, not a measurement: a leak never gets there).
     settle = time.monotonic() + 30
-    while (engine.num_running, engine.num_waiting, engine.stats().kv_blocks_used) != (0, 0, 0):
+    while (engine.stats().running, engine.stats().waiting, engine.stats().kv_blocks_used) != (
+        0,
+        0,
+        0,
+    ):
         assert time.monotonic() < settle, f"still held after 30 s: {engine.stats()}"
         time.sleep(0.05)
     now = gauges(server)

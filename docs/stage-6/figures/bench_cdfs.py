@@ -2,10 +2,10 @@
 
 from matplotlib.figure import Figure
 
+from llmserve_ref.bench.bench_client import BenchConfig, run
+from llmserve_ref.bench.bench_metrics import plot_cdfs
 from llmserve_ref.planning.workload import Fixed
-from llmserve_ref.serving.bench_client import BenchConfig, run
-from llmserve_ref.serving.bench_metrics import plot_cdfs
-from llmserve_ref.serving.server import serve_in_thread
+from llmserve_ref.serving.launcher import serve_in_thread
 
 
 def figure() -> Figure:

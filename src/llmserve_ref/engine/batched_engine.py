@@ -8,9 +8,10 @@ process: it sends the core each request (its prompt already token ids) and each
 cancellation, and a reader thread turns the token ids that come back into what the
 HTTP layer streams:
 
-1. detokenize each new token and check the request's stop strings; a stop string
-   ends the request and tells the core to drop it, which frees its KV blocks;
-2. hand every stream its events of the step with one wake-up of the event loop.
+1. the output processor (`llmserve_ref.engine.output_processor`) detokenizes each new
+   token and checks the request's stop strings; a stop string ends the request, and
+   the core is told to drop it, which frees its KV blocks;
+2. every stream gets its events of the step with one wake-up of the event loop.
 
 The event loop never runs the model, and the core never touches a socket or a string.
 
@@ -39,67 +40,39 @@ import contextlib
 import json
 import logging
 import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from llmserve_ref.device import get_device
-from llmserve_ref.engine.core_worker import AddRequest, CoreSpec, CoreWorker, start_core
-from llmserve_ref.engine.engine_core import TokenOutput
+from llmserve_ref.engine.core_worker import (
+    Abort,
+    AddRequests,
+    Closed,
+    CoreSpec,
+    CoreWorker,
+    Failed,
+    Ready,
+    StepDone,
+    start_core,
+)
+from llmserve_ref.engine.engine_config import EngineConfig
 from llmserve_ref.engine.interface import (
     EngineRequest,
     EngineStats,
     EngineUnavailable,
     RequestStream,
-    Timings,
-    TokenEvent,
     deliver,
 )
 from llmserve_ref.engine.kv_storage import num_blocks_for
-from llmserve_ref.engine.scheduler import SchedulerConfig
-from llmserve_ref.model.detokenizer import TextStream
+from llmserve_ref.engine.output_processor import OutputProcessor
 from llmserve_ref.model.generate import check_prompt
-from llmserve_ref.model.llama import Llama, ModelConfig
+from llmserve_ref.model.llama import Llama
+from llmserve_ref.model.llama_config import ModelConfig
 from llmserve_ref.model.tokenizer import Tokenizer
 from llmserve_ref.model.weights import MODEL_DIRS
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """The serving knobs, named and meaning what they mean in vLLM."""
-
-    max_num_seqs: int = 256  # sequences running at once
-    max_num_batched_tokens: int = 2048  # tokens in one forward pass (the token budget)
-    block_size: int = 16  # tokens per KV block
-    enable_prefix_caching: bool = True  # on by default, as in vLLM V1
-    max_model_len: int | None = None  # default: the model's max_position_embeddings
-    kv_cache_memory_bytes: int = 64 * 2**20  # KV memory; vLLM's CPU backend: VLLM_CPU_KVCACHE_SPACE
-
-    def scheduler_config(self, num_blocks: int) -> SchedulerConfig:
-        return SchedulerConfig(
-            token_budget=self.max_num_batched_tokens,
-            max_num_seqs=self.max_num_seqs,
-            block_size=self.block_size,
-            num_blocks=num_blocks,
-            enable_prefix_caching=self.enable_prefix_caching,
-        )
-
-
-@dataclass(eq=False)
-class _Stream:
-    """What the API side keeps per request to turn its tokens into events."""
-
-    request: EngineRequest
-    stream: RequestStream
-    text: TextStream
-    submitted: float = field(default_factory=time.perf_counter)
-    first_token: float | None = None
-    num_tokens: int = 0
-    num_cached_tokens: int = 0  # prompt tokens the core found cached, told with the first token
 
 
 class BatchedEngine:
@@ -123,7 +96,7 @@ class BatchedEngine:
         )
         limit = model_config.max_position_embeddings
         self.max_model_len = min(config.max_model_len or limit, limit)
-        dtype = model.lm_head.weight.dtype if model is not None else torch.float32
+        dtype = model.dtype if model is not None else torch.float32
         self.num_blocks = num_blocks_for(
             config.kv_cache_memory_bytes, model_config, config.block_size, dtype
         )
@@ -139,14 +112,15 @@ class BatchedEngine:
             frozenset(tokenizer.backend.get_added_tokens_decoder()),  # <|eos|>, the markers
             num_threads,
         )
-        self._streams: dict[str, _Stream] = {}
-        self._outgoing: list[AddRequest] = []  # submitted in this turn of the event loop
+        self.processor = OutputProcessor(tokenizer)
+        self._outgoing: list[EngineRequest] = []  # submitted in this turn of the event loop
         self._lock = threading.Lock()  # the event loop, the reader and a drain timer share them
         self._accepting = True
         self._core: CoreWorker = start_core(spec, model)
-        kind, self._stats = self._core.receive()
-        if kind != "ready":
-            raise RuntimeError(f"the engine core did not start: {kind}")
+        ready = self._core.receive()
+        if not isinstance(ready, Ready):
+            raise RuntimeError(f"the engine core did not start: {ready!r}")
+        self._stats = ready.stats
         self._reader = threading.Thread(target=self._read, name="llmserve-engine-reader")
         self._reader.daemon = True
         self._reader.start()
@@ -174,37 +148,32 @@ class BatchedEngine:
         """Send `request` to the core; call from the event loop that will read the stream."""
         r = request
         check_prompt(r.prompt_ids, r.max_tokens, self.max_model_len, self.vocab_size)
-        # Checked here too, not only in the core: the caller hears of it, and the core keeps going.
+        # The pool's size is known here too: the caller hears of a request that cannot fit.
         self.scheduler_config.check_fits(r.request_id, len(r.prompt_ids), r.max_tokens)
-        stream = RequestStream(request.request_id, asyncio.get_running_loop())
+        stream = RequestStream(r.request_id, asyncio.get_running_loop())
         with self._lock:
             if not self._accepting:
                 raise EngineUnavailable("the server is shutting down")
-            text = TextStream(self.tokenizer, request.stop)
-            self._streams[request.request_id] = _Stream(request, stream, text)
-            add = AddRequest(
-                r.request_id, r.prompt_ids, r.params, r.max_tokens, r.ignore_eos,
-                r.cache_salt, r.fork_of,
-            )  # fmt: skip
+            self.processor.add_request(r, stream)
             # What is submitted in one turn of the event loop (the n samples of a request)
             # reaches the core in one message, so it can share their prompt.
             if not self._outgoing:
-                stream._loop.call_soon(self._send_adds)
-            self._outgoing.append(add)
+                stream.loop.call_soon(self._send_adds)
+            self._outgoing.append(r)
         return stream
 
     def _send_adds(self) -> None:
         with self._lock:
             adds, self._outgoing = self._outgoing, []
             if adds:
-                self._core.send("add", adds)
+                self._core.send(AddRequests(adds))
 
     def cancel(self, request_id: str) -> None:
         """Stop generating for `request_id`: the core drops it, and frees its blocks, at once."""
         with self._lock:
-            if self._streams.pop(request_id, None) is not None:
-                self._outgoing = [a for a in self._outgoing if a.request_id != request_id]
-                self._core.send("abort", request_id)
+            if self.processor.drop(request_id):
+                self._outgoing = [r for r in self._outgoing if r.request_id != request_id]
+                self._core.send(Abort(request_id))
 
     # --8<-- [end:submit]
 
@@ -226,8 +195,15 @@ class BatchedEngine:
         self._reader.join(timeout=30)
 
     def _abort_all(self) -> None:
+        self._abort(list(self.processor.states))
+
+    def _abort(self, request_ids: list[str]) -> None:
+        """End `request_ids` with "abort", and tell the core (if it is still there) to drop them."""
         with self._lock:
-            events = [self._end(r, s.text.flush(), "abort") for r, s in list(self._streams.items())]
+            events = self.processor.abort(request_ids)
+            for stream, _ in events:
+                with contextlib.suppress(OSError):  # a core that has gone needs no telling
+                    self._core.send(Abort(stream.request_id))
         deliver(events)
 
     def _read(self) -> None:
@@ -237,87 +213,26 @@ class BatchedEngine:
                 message = self._core.receive()
             except (EOFError, OSError):  # the core has gone: nothing more will come
                 with self._lock:
-                    self._accepting, gone = False, bool(self._streams)
+                    self._accepting, gone = False, bool(self.processor.states)
                 if gone:
                     log.error("the engine core stopped; ending the requests it had")
                 self._abort_all()
                 return
-            kind = message[0]
-            if kind == "closed":  # its last counts: what it held once everything was dropped
-                self._stats = message[1]
-                return
-            if kind == "failed":  # the core dropped these requests
-                _, request_ids, error = message
-                log.error("the engine core failed %d requests: %s", len(request_ids), error)
-                with self._lock:
-                    ended = [self._streams[r] for r in request_ids if r in self._streams]
-                    events = [
-                        self._end(s.request.request_id, s.text.flush(), "abort") for s in ended
-                    ]
-                deliver(events)
-                continue
-            _, outputs, self._stats = message
-            with self._lock:
-                events = [e for output in outputs for e in self._emit(output)]
-            deliver(events)  # every stream's events of this step: one wake-up
-
-    def _emit(self, output: TokenOutput) -> list[tuple[RequestStream, TokenEvent]]:
-        """One new token of one request: its text, and the end if it ended."""
-        s = self._streams.get(output.request_id)
-        if s is None:
-            return []  # cancelled while the core was stepping
-        s.num_tokens += 1
-        s.first_token = s.first_token or time.perf_counter()
-        if output.num_cached_tokens is not None:
-            s.num_cached_tokens = output.num_cached_tokens
-        if output.finish_reason == "stop":  # a stop token: it shows no text
-            return [self._end(output.request_id, s.text.flush(), "stop", output)]
-        text = s.text.step(output.token_id)
-        if s.text.stopped:  # a stop string: end it here, and drop it in the core
-            self._core.send("abort", output.request_id)
-            return [self._end(output.request_id, text, "stop", output)]
-        if output.finish_reason == "length":
-            flushed = text + s.text.flush()
-            return [self._end(output.request_id, flushed, "length", output)]
-        return [(s.stream, TokenEvent(text, output.token_id, logprobs=output.logprobs))]
-
-    def _end(
-        self, request_id: str, text: str, reason: str, last: TokenOutput | None = None
-    ) -> tuple[RequestStream, TokenEvent]:
-        """The last event of a request, with its `last` token if one ended it (the caller
-        holds the lock); it is forgotten here."""
-        s = self._streams.pop(request_id)
-        if reason == "abort":
-            with contextlib.suppress(OSError):  # a core that has gone needs no telling
-                self._core.send("abort", request_id)
-        now = time.perf_counter()
-        first = s.first_token or now
-        timings = Timings(
-            len(s.request.prompt_ids), (first - s.submitted) * 1e3, s.num_tokens,
-            (now - first) * 1e3,
-        )  # fmt: skip
-        cached = s.num_cached_tokens
-        if last is None:
-            return s.stream, TokenEvent(text, None, reason, timings, num_cached_tokens=cached)
-        return s.stream, TokenEvent(text, last.token_id, reason, timings, last.logprobs, cached)
+            match message:
+                case StepDone(outputs, stats):
+                    self._stats = stats
+                    with self._lock:
+                        events, stopped = self.processor.process(outputs)
+                        for request_id in stopped:  # a stop string: the core drops it
+                            self._core.send(Abort(request_id))
+                    deliver(events)  # every stream's events of this step: one wake-up
+                case Failed(request_ids, error):
+                    log.error("the engine core failed %d requests: %s", len(request_ids), error)
+                    self._abort(list(request_ids))
+                case Closed(stats):  # its last counts: what it held once everything was dropped
+                    self._stats = stats
+                    return
 
     def stats(self) -> EngineStats:
         """The core's counts as of its last message."""
         return self._stats
-
-    @property
-    def steps(self) -> int:
-        return self._stats.steps
-
-    @property
-    def num_running(self) -> int:
-        return self._stats.running
-
-    @property
-    def num_waiting(self) -> int:
-        return self._stats.waiting
-
-    @property
-    def kv_cache_bytes(self) -> int:
-        """Bytes of the KV blocks sequences hold (cached, unheld blocks are free memory)."""
-        return self._stats.kv_cache_bytes

@@ -46,73 +46,22 @@ ids) and the simulator (which sizes pools for GPUs it never allocates).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import os
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-# A block's prefix-cache key: the cache entry of the block before it (None for the first
-# block), its token ids, and the salt (first block only).
-BlockKey = tuple[int | None, tuple[int, ...], str | None]
-# What the cache is indexed by: a hash of the parent's hash, the tokens and the salt.
-BlockHash = Hashable
-HashFunction = Callable[[BlockHash | None, tuple[int, ...], str | None], BlockHash]
+from llmserve_ref.engine.kv_block import (
+    Block,
+    BlockHash,
+    BlockKey,
+    HashFunction,
+    blocks_for,
+    sha256_block_hash,
+)
 
 
 class BlockError(ValueError):
     """Bad use of the allocator: it refused and changed nothing."""
-
-
-@dataclass(eq=False, slots=True)
-class Block:
-    """One block of KV memory: who holds it, and which prefix it caches (if any)."""
-
-    block_id: int
-    ref_count: int = 0
-    # Set while the block is full and in the prefix cache:
-    key: BlockKey | None = None
-    block_hash: BlockHash | None = None
-    entry: int | None = None  # its cache entry's id, never reused after it is evicted
-
-
-# --8<-- [start:hash]
-def sha256_block_hash(
-    parent: BlockHash | None, token_ids: tuple[int, ...], salt: str | None
-) -> bytes:
-    """A block's hash as vLLM 0.32 computes it by default (`--prefix-caching-hash-algo
-    sha256`, `hash_block_tokens` in vllm/v1/core/kv_cache_utils.py): SHA-256 over the
-    parent block's hash, the block's token ids and its extra keys, here the salt.
-
-    vLLM serializes the three with pickle; any unambiguous encoding will do. The first
-    block's parent is `NONE_HASH`, derived like vLLM's from a fixed seed that
-    ``PYTHONHASHSEED`` overrides, so every process hashes the same prefix alike.
-
-    >>> h = sha256_block_hash(None, (1, 2, 3, 4), None)
-    >>> len(h), h == sha256_block_hash(None, (1, 2, 3, 4), None)
-    (32, True)
-    >>> h == sha256_block_hash(None, (1, 2, 3, 4), "tenant-a")  # the salt is hashed in
-    False
-    """
-    digest = hashlib.sha256(parent if isinstance(parent, bytes) else NONE_HASH)
-    digest.update(b"%d:" % len(token_ids))
-    digest.update(b",".join(b"%d" % t for t in token_ids))
-    digest.update(b"\x00" if salt is None else b"\x01" + salt.encode())
-    return digest.digest()
-
-
-NONE_HASH = hashlib.sha256(os.environ.get("PYTHONHASHSEED", "llmserve-none-hash").encode()).digest()
-# --8<-- [end:hash]
-
-
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    """Blocks that hold `num_tokens` tokens.
-
-    >>> blocks_for(33, block_size=16)
-    3
-    """
-    return -(-num_tokens // block_size)
 
 
 class BlockManager:
@@ -168,13 +117,11 @@ class BlockManager:
         """The block ids of `seq_id`'s table, in order."""
         return [b.block_id for b in self._table(seq_id)]
 
-    def blocks_for(self, num_tokens: int) -> int:
-        return blocks_for(num_tokens, self.block_size)
-
     def _check_width(self, seq_id: str, num_tokens: int) -> None:
-        if self.blocks_for(num_tokens) > self.max_blocks_per_table:
+        needed = blocks_for(num_tokens, self.block_size)
+        if needed > self.max_blocks_per_table:
             raise BlockError(
-                f"sequence {seq_id!r} would need {self.blocks_for(num_tokens)} blocks for "
+                f"sequence {seq_id!r} would need {needed} blocks for "
                 f"{num_tokens} tokens, past its table's capacity of {self.max_blocks_per_table} "
                 f"({self.max_blocks_per_table * self.block_size} tokens); stop it before that"
             )
@@ -254,7 +201,7 @@ class BlockManager:
         hits = [] if token_ids is None else self.cached_prefix(token_ids[:num_tokens], salt)
         idle_hits = sum(b.ref_count == 0 for b in hits)  # cached, but in the free queue
         copy = int(len(hits) * self.block_size >= num_tokens)  # see allocate
-        return hits, self.blocks_for(capacity) - len(hits) + idle_hits + copy
+        return hits, blocks_for(capacity, self.block_size) - len(hits) + idle_hits + copy
 
     def blocks_needed(
         self,
@@ -297,22 +244,28 @@ class BlockManager:
             )
         for block in hits:
             self._hold(block)
-        table = hits + [self._take() for _ in range(self.blocks_for(capacity) - len(hits))]
+        table = hits + [
+            self._take() for _ in range(blocks_for(capacity, self.block_size) - len(hits))
+        ]
         self.tables[seq_id] = table
-        self.prefixes[seq_id] = [(b.block_hash, b.entry) for b in hits]
+        self.prefixes[seq_id] = [b.prefix() for b in hits]
         num_cached = min(len(hits) * self.block_size, num_tokens - 1)
         if token_ids is not None and self.enable_prefix_caching:
             self.num_queries += num_tokens
             self.num_hits += num_cached
-        self._make_writable(table, num_cached // self.block_size, self.blocks_for(num_tokens))
+        self._make_writable(
+            table, num_cached // self.block_size, blocks_for(num_tokens, self.block_size)
+        )
         return num_cached
 
     def slots_needed(self, seq_id: str, num_computed_tokens: int, num_tokens: int) -> int:
         """Free blocks `append_slots` would take to write positions up to `num_tokens` - 1."""
         table = self._table(seq_id)
-        new = max(0, self.blocks_for(num_tokens) - len(table))
+        new = max(0, blocks_for(num_tokens, self.block_size) - len(table))
         first = num_computed_tokens // self.block_size
-        copies = sum(self._shared(b) for b in table[first : self.blocks_for(num_tokens)])
+        copies = sum(
+            self._shared(b) for b in table[first : blocks_for(num_tokens, self.block_size)]
+        )
         return new + copies
 
     def append_slots(self, seq_id: str, num_computed_tokens: int, num_tokens: int) -> bool:
@@ -328,8 +281,10 @@ class BlockManager:
         if self.slots_needed(seq_id, num_computed_tokens, num_tokens) > self.num_free_blocks:
             return False
         table = self.tables[seq_id]
-        table.extend(self._take() for _ in range(self.blocks_for(num_tokens) - len(table)))
-        first, end = num_computed_tokens // self.block_size, self.blocks_for(num_tokens)
+        table.extend(
+            self._take() for _ in range(blocks_for(num_tokens, self.block_size) - len(table))
+        )
+        first, end = num_computed_tokens // self.block_size, blocks_for(num_tokens, self.block_size)
         self._make_writable(table, first, end)
         return True
 
@@ -395,7 +350,7 @@ class BlockManager:
                 cached = self._cache(block, block_hash, key)
             # A block left out of the cache gets an entry nobody can match.
             parent_hash = block_hash
-            parent_entry = next(self._entries) if cached is None else cached.entry
+            parent_entry = next(self._entries) if cached is None else cached.prefix()[1]
             prefix.append((parent_hash, parent_entry))
 
     def _cache(self, block: Block, block_hash: BlockHash, key: BlockKey) -> Block:
@@ -441,24 +396,3 @@ class BlockManager:
             self._release(self._copy_sources[i])
         self.pending_copies = [self.pending_copies[i] for i in keep]
         self._copy_sources = [self._copy_sources[i] for i in keep]
-
-    def check(self) -> None:
-        """Assert the invariants (tests call it after every operation)."""
-        holders: dict[int, int] = {}
-        for table in self.tables.values():
-            for block in table:
-                holders[block.block_id] = holders.get(block.block_id, 0) + 1
-        for source in self._copy_sources:
-            holders[source.block_id] = holders.get(source.block_id, 0) + 1
-        for block in self.blocks:
-            assert block.ref_count == holders.get(block.block_id, 0), block
-            assert (block.ref_count == 0) == (block.block_id in self.free_queue), block
-        keys, entries = set(), set()
-        for block_hash, bucket in self.cached.items():
-            assert bucket, block_hash
-            for block in bucket:
-                assert block.key is not None and block.block_hash == block_hash, block
-                assert block.key not in keys and block.entry not in entries, block
-                keys.add(block.key)
-                entries.add(block.entry)
-        assert sum(b.key is not None for b in self.blocks) == self.num_cached_blocks

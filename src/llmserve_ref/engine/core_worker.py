@@ -5,32 +5,34 @@ text, write server-sent events) and the model side (schedule, run the forward pa
 sample). Both are Python, and in one process they share one interpreter lock: while the
 HTTP side formats events, the next step cannot be prepared, and the other way round. So,
 as vLLM does (its API server and its "engine core" are separate processes), the core runs
-in a process of its own and the two talk through a pair of pipes:
+in a process of its own and the two talk through a pair of pipes, one small class per
+kind of message:
 
-* to the core: ``("add", [AddRequest, ...])``, ``("abort", request_id)``,
-  ``("close", None)``;
-* from the core: ``("ready", EngineStats)`` once loaded, then ``("step", outputs, stats)``
-  after every step (the token ids it produced, each with its logprobs if its request
-  asked) or batch of messages, and
-  ``("failed", request_ids, text)`` if a step raised (every request is dropped) or a
-  batch of requests was refused (those are); the server ends them with "abort".
+* to the core: `AddRequests` (the `EngineRequest` objects as submitted), `Abort`, `Shutdown`;
+* from the core: `Ready` once loaded, then `StepDone` after every step (the
+  `TokenOutput` of each token it produced) or batch of messages, `Failed` if a step
+  raised (every request is dropped) or some requests were refused (those are), which
+  the server ends with "abort", and `Closed` with its last counts.
+
+How they travel (pickled by `multiprocessing.connection`) is this module's business; the
+two sides only see the classes.
 
 `run_core` is that loop. `start_core` runs it in a fresh process, which loads the model
 itself, or on a thread of this process with a model already loaded (tests, pages). The
 messages are the same either way.
 
->>> from llmserve_ref.engine.scheduler import SchedulerConfig
+>>> from llmserve_ref.engine.interface import EngineRequest
+>>> from llmserve_ref.engine.scheduler_config import SchedulerConfig
 >>> from llmserve_ref.model.sampling import SamplingParams
 >>> from llmserve_ref.model.weights import TARGET_DIR, load_target
 >>> spec = CoreSpec(str(TARGET_DIR), "cpu", SchedulerConfig(max_num_seqs=8, num_blocks=64), 256)
 >>> worker = start_core(spec, model=load_target("cpu")[0])  # on a thread
->>> worker.receive()[0]
-'ready'
->>> worker.send("add", [AddRequest("r1", [0, 348, 352], SamplingParams(temperature=0), 3)])
+>>> type(worker.receive()).__name__
+'Ready'
+>>> worker.send(AddRequests([EngineRequest([0, 348, 352], SamplingParams(temperature=0), 3)]))
 >>> tokens = []
 >>> while len(tokens) < 3:
-...     kind, outputs, stats = worker.receive()
-...     tokens += [(o.token_id, o.finish_reason) for o in outputs]
+...     tokens += [(o.token_id, o.finish_reason) for o in worker.receive().outputs]
 >>> tokens
 [(262, None), (353, None), (15, 'length')]
 >>> worker.close()
@@ -51,10 +53,9 @@ from typing import Any
 import torch
 
 from llmserve_ref.engine.engine_core import EngineCore
-from llmserve_ref.engine.interface import EngineStats
-from llmserve_ref.engine.scheduler import SchedulerConfig
+from llmserve_ref.engine.interface import EngineRequest, EngineStats, TokenOutput
+from llmserve_ref.engine.scheduler_config import SchedulerConfig
 from llmserve_ref.model.llama import Llama
-from llmserve_ref.model.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -71,39 +72,64 @@ class CoreSpec:
     num_threads: int | None = None  # torch's threads in a core process (default: cores - 1)
 
 
+# To the core.
 @dataclass(frozen=True)
-class AddRequest:
-    """One request for the core: token ids in, how to sample, how many tokens."""
+class AddRequests:
+    """Requests submitted in one turn of the event loop (a request's ``n`` samples come
+    together, so the core can share their prompt), in order: forks after their parent."""
+
+    requests: Sequence[EngineRequest]
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Drop a request now (its client left, or a stop string ended it) and free its blocks."""
 
     request_id: str
-    prompt_ids: Sequence[int]
-    params: SamplingParams
-    max_tokens: int
-    ignore_eos: bool = False
-    cache_salt: str | None = None
-    fork_of: str | None = None
 
 
-def stats_of(core: EngineCore) -> EngineStats:
-    """The core's load and totals, as `/metrics` reports them."""
-    scheduler, blocks = core.scheduler, core.scheduler.block_manager
-    storage = core.runner.storage
-    return EngineStats(
-        running=len(scheduler.running),
-        waiting=len(scheduler.waiting),
-        kv_cache_bytes=blocks.num_used_blocks * storage.nbytes // storage.num_blocks,
-        kv_blocks_used=blocks.num_used_blocks,
-        kv_blocks_total=blocks.num_blocks,
-        prefix_cache_queries=blocks.num_queries,
-        prefix_cache_hits=blocks.num_hits,
-        preemptions=scheduler.num_preemptions,
-        steps=core.num_steps,
-        scheduled_tokens=core.num_scheduled_tokens,
-    )
+@dataclass(frozen=True)
+class Shutdown:
+    """Stop: answer `Closed` and return."""
+
+
+# From the core.
+@dataclass(frozen=True)
+class Ready:
+    """The model is loaded; the core takes requests."""
+
+    stats: EngineStats
+
+
+@dataclass(frozen=True)
+class StepDone:
+    """The tokens of one step (none if only messages were applied), and the counts after it."""
+
+    outputs: Sequence[TokenOutput]
+    stats: EngineStats
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The core dropped these requests: a step raised, or it refused them."""
+
+    request_ids: Sequence[str]
+    error: str
+
+
+@dataclass(frozen=True)
+class Closed:
+    """The core has stopped; its last counts, once everything was dropped."""
+
+    stats: EngineStats
+
+
+ToCore = AddRequests | Abort | Shutdown
+FromCore = Ready | StepDone | Failed | Closed
 
 
 def run_core(spec: CoreSpec, inbox: Connection, outbox: Connection, model: Llama | None) -> None:
-    """Build the core, then apply messages and step until told to close."""
+    """Build the core, then apply messages and step until told to shut down."""
     if model is None:  # in its own process: load the weights here
         # Leave a core to the server's process: on a small machine, torch's threads and
         # the HTTP side fighting over every core slow both (measured: benchmarks/engine.py).
@@ -112,59 +138,57 @@ def run_core(spec: CoreSpec, inbox: Connection, outbox: Connection, model: Llama
     elif spec.num_threads:
         torch.set_num_threads(spec.num_threads)
     core = EngineCore(model, spec.scheduler, spec.max_model_len, spec.stop_token_ids)
-    outbox.send(("ready", stats_of(core)))
+    outbox.send(Ready(core.stats()))
     with torch.inference_mode():
         while True:
-            # Idle: sleep until a message comes. Busy: take what has come, then step.
-            if not core.has_unfinished_requests():
+            if core.idle:  # sleep until a message comes
                 inbox.poll(None)
             received = False
-            while inbox.poll(0):
-                kind, payload = inbox.recv()
-                if kind == "close":
-                    outbox.send(("closed", stats_of(core)))
+            while inbox.poll(0):  # take what has come, then step
+                message = inbox.recv()
+                if isinstance(message, Shutdown):
+                    outbox.send(Closed(core.stats()))
                     return
-                try:
-                    apply(core, kind, payload)
-                except ValueError as error:  # the server checked them first: a bug, but
-                    log.exception("engine core refused %s", kind)  # only theirs
-                    ids = [r.request_id for r in payload]
-                    for request_id in ids:
-                        core.abort(request_id)
-                    outbox.send(("failed", ids, repr(error)))
+                apply(core, message, outbox)
                 received = True
-            if not core.has_unfinished_requests():
+            if core.idle:
                 if received:  # aborts change what /metrics shows: report it
-                    outbox.send(("step", [], stats_of(core)))
+                    outbox.send(StepDone([], core.stats()))
                 continue
+            outbox.send(step(core))
+
+
+def apply(core: EngineCore, message: ToCore, outbox: Connection) -> None:
+    """Apply one message; requests the core refuses are dropped and reported `Failed`."""
+    match message:
+        case AddRequests(requests):
             try:
-                outputs = core.step()
-            except Exception as error:  # a bug: say so, drop everything, keep serving
-                log.exception("engine step failed")
-                ids = list(core.sequences)
+                for request in requests:
+                    core.add_request(request)
+            except ValueError as error:  # the server checked them first: a bug, but
+                log.exception("engine core refused a request")  # only theirs
+                ids = [r.request_id for r in requests]
                 for request_id in ids:
                     core.abort(request_id)
-                outbox.send(("failed", ids, repr(error)))
-                continue
-            outbox.send(("step", outputs, stats_of(core)))
+                outbox.send(Failed(ids, repr(error)))
+        case Abort(request_id):
+            core.abort(request_id)
+        case _:
+            raise TypeError(f"unknown message to the engine core: {message!r}")
 
 
-def apply(core: EngineCore, kind: str, payload: Any) -> None:
-    if kind == "add":  # a batch, in the order submitted: forks after their parent
-        for r in payload:
-            core.add_request(
-                r.request_id,
-                r.prompt_ids,
-                r.params,
-                r.max_tokens,
-                ignore_eos=r.ignore_eos,
-                cache_salt=r.cache_salt,
-                fork_of=r.fork_of,
-            )
-    elif kind == "abort":
-        core.abort(payload)
-    else:
-        raise ValueError(f"unknown message to the engine core: {kind!r}")
+def step(core: EngineCore) -> StepDone | Failed:
+    """One step, or, if it raises (a bug), every request dropped and reported: the core
+    keeps serving."""
+    try:
+        outputs = core.step()
+    except Exception as error:
+        log.exception("engine step failed")
+        ids = core.request_ids()
+        for request_id in ids:
+            core.abort(request_id)
+        return Failed(ids, repr(error))
+    return StepDone(outputs, core.stats())
 
 
 class CoreWorker:
@@ -174,18 +198,18 @@ class CoreWorker:
         self._to_core, self._from_core, self.worker = to_core, from_core, worker
         self._sending = threading.Lock()  # several threads send; a pipe takes one at a time
 
-    def send(self, kind: str, payload: Any = None) -> None:
+    def send(self, message: ToCore) -> None:
         with self._sending:
-            self._to_core.send((kind, payload))
+            self._to_core.send(message)
 
-    def receive(self) -> tuple:
+    def receive(self) -> FromCore:
         """The core's next message (blocks; EOFError if the core has gone)."""
         return self._from_core.recv()
 
     def close(self, timeout: float = 30.0) -> None:
         """Ask the core to stop and wait for it (a process that will not stop is killed)."""
         with contextlib.suppress(OSError):  # already gone
-            self.send("close")
+            self.send(Shutdown())
         self.worker.join(timeout)
         if isinstance(self.worker, multiprocessing.process.BaseProcess) and self.worker.is_alive():
             self.worker.kill()
@@ -197,6 +221,7 @@ def start_core(spec: CoreSpec, model: Llama | None = None) -> CoreWorker:
     core_inbox, to_core = multiprocessing.Pipe(duplex=False)
     from_core, core_outbox = multiprocessing.Pipe(duplex=False)
     args = (spec, core_inbox, core_outbox, model)
+    worker: threading.Thread | multiprocessing.process.BaseProcess
     if model is None:
         # "spawn": a fresh interpreter, not a copy of this one with its threads and locks.
         context = multiprocessing.get_context("spawn")

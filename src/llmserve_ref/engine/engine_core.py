@@ -10,10 +10,10 @@ A step is four moves, vLLM's loop in miniature:
    sampling parameters and its own seeded generator;
 4. the scheduler advances, and the core reports each new token.
 
-Requests carry token ids in and token ids out; text, stop strings and streams
-belong to the threaded `llmserve_ref.engine.batched_engine.BatchedEngine` that
-serves HTTP with this core. `generate_batch` runs a list of prompts to the end,
-offline:
+Requests (`EngineRequest`) carry token ids in, and `TokenOutput` token ids come out;
+text, stop strings and streams belong to the output processor of the threaded
+`llmserve_ref.engine.batched_engine.BatchedEngine` that serves HTTP with this core.
+`generate_batch` runs a list of prompts to the end, offline:
 
 >>> from llmserve_ref.model.weights import load_target
 >>> from llmserve_ref.model.sampling import SamplingParams
@@ -25,7 +25,7 @@ offline:
 >>> # the same tokens as `generate` gives each prompt alone:
 >>> [tokenizer.decode(o) for o in outputs]
 [' there was a proud owl named Ava.', ' story about a story about a story about']
->>> core.scheduler.block_manager.num_used_blocks  # everything freed (cached blocks are free)
+>>> core.stats().kv_blocks_used  # everything freed (cached blocks are free)
 0
 """
 
@@ -37,8 +37,11 @@ from dataclasses import dataclass, field
 import torch
 
 from llmserve_ref.engine.block_manager import BlockManager
+from llmserve_ref.engine.interface import EngineRequest, EngineStats, FinishReason, TokenOutput
 from llmserve_ref.engine.model_runner import Chunk, ModelRunner
-from llmserve_ref.engine.scheduler import Request, RequestStatus, Scheduler, SchedulerConfig
+from llmserve_ref.engine.request import Request, RequestStatus
+from llmserve_ref.engine.scheduler import Scheduler
+from llmserve_ref.engine.scheduler_config import SchedulerConfig
 from llmserve_ref.model.generate import check_prompt
 from llmserve_ref.model.llama import Llama
 from llmserve_ref.model.sampling import (
@@ -54,6 +57,7 @@ class CoreRequest:
     """A request inside the core: the scheduler's view of it, and how it samples."""
 
     request: Request
+    token_ids: list[int]  # the prompt, then each sampled token: the scheduler's list too
     params: SamplingParams
     generator: torch.Generator | None
     stop_token_ids: Collection[int]
@@ -62,17 +66,6 @@ class CoreRequest:
     @property
     def request_id(self) -> str:
         return self.request.request_id
-
-
-@dataclass(frozen=True, slots=True)
-class TokenOutput:
-    """One new token of one request; `finish_reason` is set on its last token."""
-
-    request_id: str
-    token_id: int
-    finish_reason: str | None = None  # "stop" (a stop token) or "length" (max_tokens)
-    logprobs: TokenLogprobs | None = None  # if the request asked for them
-    num_cached_tokens: int | None = None  # on its first token: prompt tokens found cached
 
 
 class EngineCore:
@@ -89,45 +82,38 @@ class EngineCore:
         self.max_model_len = max_model_len or model.config.max_position_embeddings
         self.scheduler = Scheduler(config, self.max_model_len, block_manager)
         self.runner = ModelRunner(model, config.num_blocks, config.block_size)
+        self.bytes_per_block = config.block_size * model.config.kv_bytes_per_token(model.dtype)
         self.stop_token_ids = frozenset(stop_token_ids)
         self.sequences: dict[str, CoreRequest] = {}
         self.num_steps = 0
         self.num_scheduled_tokens = 0
 
-    def add_request(
-        self,
-        request_id: str,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        max_tokens: int,
-        *,
-        ignore_eos: bool = False,
-        cache_salt: str | None = None,
-        fork_of: str | None = None,
-    ) -> None:
-        """Queue a request. `fork_of` names an earlier request with the same prompt and
-        `max_tokens` that has not sampled yet: this one becomes another sample of it
+    def add_request(self, request: EngineRequest) -> None:
+        """Queue `request`. Its `fork_of` may name an earlier request with the same prompt
+        and `max_tokens` that has not sampled yet: this one becomes another sample of it
         (OpenAI's ``n``), sharing its prompt's blocks instead of computing them again."""
-        if request_id in self.sequences:
-            raise ValueError(f"request id {request_id!r} is in use")
+        r = request
+        if r.request_id in self.sequences:
+            raise ValueError(f"request id {r.request_id!r} is in use")
         vocab_size = self.runner.model.config.vocab_size
-        check_prompt(prompt_ids, max_tokens, self.max_model_len, vocab_size)
-        params.check_vocab(vocab_size)
-        request = Request(
-            request_id, len(prompt_ids), max_tokens, list(prompt_ids), cache_salt=cache_salt
+        check_prompt(r.prompt_ids, r.max_tokens, self.max_model_len, vocab_size)
+        r.params.check_vocab(vocab_size)
+        token_ids = list(r.prompt_ids)
+        scheduled = Request(
+            r.request_id, len(token_ids), r.max_tokens, token_ids, cache_salt=r.cache_salt
         )
         generator = None
-        if params.seed is not None:
-            generator = torch.Generator(self.runner.model.device).manual_seed(params.seed)
-        stops = () if ignore_eos else self.stop_token_ids
-        seq = CoreRequest(request, params, generator, stops)
-        parent = self.sequences.get(fork_of) if fork_of is not None else None
-        self.sequences[request_id] = seq
-        if parent is not None and self._can_fork(parent, request):
+        if r.params.seed is not None:
+            generator = torch.Generator(self.runner.model.device).manual_seed(r.params.seed)
+        stops = () if r.ignore_eos else self.stop_token_ids
+        seq = CoreRequest(scheduled, token_ids, r.params, generator, stops)
+        parent = self.sequences.get(r.fork_of) if r.fork_of is not None else None
+        self.sequences[r.request_id] = seq
+        if parent is not None and self._can_fork(parent, scheduled):
             parent.forks.append(seq)
             parent.request.n += 1  # it takes a seat for the fork from now on
         else:
-            self.scheduler.add_request(request)
+            self.scheduler.add_request(scheduled)
 
     def _can_fork(self, parent: CoreRequest, child: Request) -> bool:
         """The parent has not sampled yet, has the same prompt and limit, and a seat is free
@@ -155,8 +141,30 @@ class EngineCore:
             self.scheduler.add_request(fork.request)
         seq.forks.clear()
 
-    def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests()
+    def request_ids(self) -> list[str]:
+        """The requests the core holds, waiting or running."""
+        return list(self.sequences)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waits or runs: a step would do nothing."""
+        return not self.scheduler.has_unfinished_requests()
+
+    def stats(self) -> EngineStats:
+        """The load and totals `/metrics` reports: the scheduler's, and the steps run here."""
+        s = self.scheduler.make_stats()
+        return EngineStats(
+            running=s.num_running_reqs,
+            waiting=s.num_waiting_reqs,
+            kv_cache_bytes=s.kv_blocks_used * self.bytes_per_block,
+            kv_blocks_used=s.kv_blocks_used,
+            kv_blocks_total=s.kv_blocks_total,
+            prefix_cache_queries=s.prefix_cache_queries,
+            prefix_cache_hits=s.prefix_cache_hits,
+            preemptions=s.num_preemptions,
+            steps=self.num_steps,
+            scheduled_tokens=self.num_scheduled_tokens,
+        )
 
     def step(self) -> list[TokenOutput]:
         """Schedule, run the model once over every scheduled token, sample, advance."""
@@ -168,10 +176,11 @@ class EngineCore:
             request = out.scheduled[request_id]  # decode chunks (one token) first
             start = request.num_computed_tokens
             samples = start + n == request.num_tokens
-            table = self.scheduler.block_manager.table(request_id)
-            chunks.append(Chunk(request.token_ids[start : start + n], start, table, samples))
+            table = out.block_table(request_id)
+            seq = self.sequences[request_id]
+            chunks.append(Chunk(seq.token_ids[start : start + n], start, table, samples))
             if samples:
-                sampling.append(self.sequences[request_id])
+                sampling.append(seq)
         logits = self.runner.forward(chunks, out.blocks_to_copy)
         tokens = self.sample(logits, sampling)
         logprobs = self.logprobs(logits, sampling, tokens)
@@ -182,7 +191,7 @@ class EngineCore:
         outputs = []
         for seq, token, row, lp in zip(sampling, tokens, logits, logprobs, strict=True):
             for fork in self._forks(seq, row):
-                fork_token = fork.request.token_ids[-1]
+                fork_token = fork.token_ids[-1]
                 fork_lp = self.logprobs(row[None], [fork], [fork_token])[0]
                 outputs.append(self._finish_check(fork, fork_token, fork_lp))
             outputs.append(self._finish_check(seq, token, lp))
@@ -200,7 +209,7 @@ class EngineCore:
         return tokens
 
     def _pick(self, seq: CoreRequest, logits: torch.Tensor) -> int:
-        ids, n = seq.request.token_ids, seq.request.prompt_len
+        ids, n = seq.token_ids, seq.request.prompt_len
         return next_token(logits, seq.params, ids[:n], ids[n:], seq.generator, seq.stop_token_ids)
 
     def logprobs(
@@ -208,13 +217,13 @@ class EngineCore:
     ) -> list[TokenLogprobs | None]:
         """Each row's logprobs if its request asked; only those rows are gathered, so a
         step in which nobody asked costs nothing more."""
-        asked = [i for i, s in enumerate(sequences) if s.params.logprobs is not None]
+        asked = {
+            i: s.params.logprobs for i, s in enumerate(sequences) if s.params.logprobs is not None
+        }
         found: list[TokenLogprobs | None] = [None] * len(sequences)
         if asked:
             rows = token_logprobs(
-                logits[asked],
-                [tokens[i] for i in asked],
-                [sequences[i].params.logprobs for i in asked],
+                logits[list(asked)], [tokens[i] for i in asked], list(asked.values())
             )
             for i, row in zip(asked, rows, strict=True):
                 found[i] = row
@@ -224,7 +233,7 @@ class EngineCore:
         """After `seq`'s first token: its forks sample theirs from the same logits and start."""
         forks, seq.forks = seq.forks, []
         for fork in forks:
-            fork.request.token_ids.append(self._pick(fork, logits[None]))
+            fork.token_ids.append(self._pick(fork, logits[None]))
             fork.request.num_cached_tokens = seq.request.num_cached_tokens
             if fork.request.max_tokens > 1:
                 self.scheduler.fork(seq.request, fork.request)
@@ -241,11 +250,11 @@ class EngineCore:
         cached = request.num_cached_tokens if request.num_output_tokens == 1 else None
         if request.status is RequestStatus.FINISHED:  # max_tokens reached
             self.sequences.pop(seq.request_id, None)
-            return TokenOutput(seq.request_id, token, "length", logprobs, cached)
+            return TokenOutput(seq.request_id, token, FinishReason.LENGTH, logprobs, cached)
         if token in seq.stop_token_ids:
             self.scheduler.finish(request)
             self.sequences.pop(seq.request_id, None)
-            return TokenOutput(seq.request_id, token, "stop", logprobs, cached)
+            return TokenOutput(seq.request_id, token, FinishReason.STOP, logprobs, cached)
         return TokenOutput(seq.request_id, token, None, logprobs, cached)
 
 
@@ -273,9 +282,12 @@ def generate_batch(
     params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
     outputs: dict[str, list[int]] = {}
     for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
-        core.add_request(str(i), prompt, p, max_tokens, ignore_eos=ignore_eos)
+        request = EngineRequest(
+            list(prompt), p, max_tokens, request_id=str(i), ignore_eos=ignore_eos
+        )
+        core.add_request(request)
         outputs[str(i)] = []
-    while core.has_unfinished_requests():
+    while not core.idle:
         for out in core.step():
             outputs[out.request_id].append(out.token_id)
     return [outputs[str(i)] for i in range(len(prompts))]

@@ -1,22 +1,26 @@
-"""The engine interface: what the HTTP server needs from any engine.
+"""The engine interface: what the HTTP server and an engine hand each other.
 
-The HTTP layer (`llmserve_ref.serving.server`) knows nothing about models. It
+The HTTP layer (`llmserve_ref.serving.handlers`) knows nothing about models. It
 builds an `EngineRequest` (prompt token ids, sampling parameters, a token limit,
 stop strings), calls ``engine.submit(request)`` and reads the returned
 `RequestStream`, an async iterator of `TokenEvent`: the text each new token
-adds, and on the last event why the sequence ended and how long it took. If the
-client goes away it calls ``engine.cancel(request_id)``. Any engine with this
-interface (`Engine`) plugs in: `llmserve_ref.engine.loop_engine.LoopEngine`
+adds, and on the last event why the sequence ended (a `FinishReason`) and how
+long it took. If the client goes away it calls ``engine.cancel(request_id)``. Any
+engine with this interface (`Engine`) plugs in: `llmserve_ref.engine.loop_engine.LoopEngine`
 steps requests one forward pass each, the batched engine runs one forward pass
 for all of them.
 
-A stream is fed from the engine's thread and read on the event loop: `put`
-hands each event over with ``loop.call_soon_threadsafe``.
+Inside an engine, whatever computes tokens reports each as a `TokenOutput` (token
+ids only, as vLLM's engine core does); the output processor
+(`llmserve_ref.engine.output_processor`) turns those into the events a stream shows.
+
+A stream is fed from the engine's thread and read on the event loop: `deliver`
+hands events over with ``loop.call_soon_threadsafe``, one wake-up for many.
 
 >>> import asyncio
 >>> async def one_event():
 ...     stream = RequestStream("r1", asyncio.get_running_loop())
-...     stream.put(TokenEvent(" hi", 5, "length"))
+...     deliver([(stream, TokenEvent(" hi", 5, FinishReason.LENGTH))])
 ...     return [event async for event in stream]
 >>> asyncio.run(one_event())
 [TokenEvent(text=' hi', token_id=5, finish_reason='length', timings=None, logprobs=None,
@@ -27,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import uuid
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,9 +41,25 @@ from llmserve_ref.model.sampling import SamplingParams, TokenLogprobs
 from llmserve_ref.model.tokenizer import Tokenizer
 
 
+class FinishReason(str, enum.Enum):
+    """Why a sequence ended, as OpenAI's ``finish_reason`` spells it: a `str`, so it is
+    written to JSON, compared and shown as one."""
+
+    STOP = "stop"  # a stop token, or a stop string
+    LENGTH = "length"  # max_tokens reached
+    ABORT = "abort"  # the client left or the server stopped (vLLM's word)
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
 @dataclass
 class EngineRequest:
-    """One sequence to generate: the prompt's token ids and how to continue it."""
+    """One sequence to generate: the prompt's token ids and how to continue it. The one
+    request type from the HTTP handler to the engine core, across the process boundary."""
 
     prompt_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
@@ -47,6 +69,18 @@ class EngineRequest:
     ignore_eos: bool = False  # generate max_tokens whatever the model says (benchmarks)
     cache_salt: str | None = None  # requests share cached prefixes only with the same salt
     fork_of: str | None = None  # another sample (OpenAI's n) of this earlier request's prompt
+
+
+@dataclass(frozen=True, slots=True)
+class TokenOutput:
+    """One new token of one request, as the engine computed it; `finish_reason` is set on
+    its last token (`FinishReason.STOP` for a stop token, `FinishReason.LENGTH`)."""
+
+    request_id: str
+    token_id: int
+    finish_reason: FinishReason | None = None
+    logprobs: TokenLogprobs | None = None  # if the request asked for them
+    num_cached_tokens: int | None = None  # on its first token: prompt tokens found cached
 
 
 @dataclass(frozen=True)
@@ -61,14 +95,14 @@ class Timings:
 
 @dataclass(frozen=True)
 class TokenEvent:
-    """One sampled token: the text it makes visible ('' if none yet), its logprobs if the
-    request asked for them, and on the last event the finish reason (``"stop"``,
-    ``"length"`` or ``"abort"``), the timings, and how many prompt tokens the engine found
-    in its prefix cache (OpenAI's and vLLM's ``usage.prompt_tokens_details.cached_tokens``)."""
+    """What a stream shows of one token: the text it makes visible ('' if none yet), its
+    logprobs if the request asked for them, and on the last event the finish reason, the
+    timings, and how many prompt tokens the engine found in its prefix cache (OpenAI's
+    and vLLM's ``usage.prompt_tokens_details.cached_tokens``)."""
 
     text: str
     token_id: int | None
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     timings: Timings | None = None
     logprobs: TokenLogprobs | None = None
     num_cached_tokens: int = 0
@@ -84,12 +118,8 @@ class RequestStream:
     def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop) -> None:
         self.request_id = request_id
         self.finished = False
-        self._loop = loop
+        self.loop = loop
         self._queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
-
-    def put(self, event: TokenEvent) -> None:
-        """Hand `event` to the event loop (called from the engine's thread)."""
-        deliver([(self, event)])
 
     def __aiter__(self) -> RequestStream:
         return self
@@ -102,7 +132,7 @@ class RequestStream:
         return event
 
 
-def deliver(events: list[tuple[RequestStream, TokenEvent]]) -> None:
+def deliver(events: Sequence[tuple[RequestStream, TokenEvent]]) -> None:
     """Hand many streams their events with one wake-up of each event loop.
 
     Waking an event loop from another thread is a write to its self-pipe and a
@@ -111,7 +141,7 @@ def deliver(events: list[tuple[RequestStream, TokenEvent]]) -> None:
     """
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[RequestStream, TokenEvent]]] = {}
     for stream, event in events:
-        by_loop.setdefault(stream._loop, []).append((stream, event))
+        by_loop.setdefault(stream.loop, []).append((stream, event))
     for loop, batch in by_loop.items():
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody listens any more
             loop.call_soon_threadsafe(_put_all, batch)
@@ -122,23 +152,21 @@ def _put_all(batch: list[tuple[RequestStream, TokenEvent]]) -> None:
         stream._queue.put_nowait(event)
 
 
-class Engine(Protocol):
-    """What the HTTP layer needs from an engine."""
-
-    tokenizer: Tokenizer
-    max_model_len: int
-
-    def submit(self, request: EngineRequest) -> RequestStream: ...
-    def cancel(self, request_id: str) -> None: ...
-    def drain(self, grace_s: float) -> None: ...
-    def close(self) -> None: ...
-    def stats(self) -> EngineStats: ...
-    @property
-    def num_running(self) -> int: ...
-    @property
-    def num_waiting(self) -> int: ...
-    @property
-    def kv_cache_bytes(self) -> int: ...
+async def merge(streams: Sequence[RequestStream]) -> AsyncIterator[tuple[int, TokenEvent]]:
+    """The events of several streams (the ``n`` choices of a request) as they arrive,
+    each with the index of its stream."""
+    pending = {asyncio.ensure_future(s.__anext__()): i for i, s in enumerate(streams)}
+    try:
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=pending.__getitem__):
+                i, event = pending.pop(task), task.result()
+                yield i, event
+                if event.finish_reason is None:
+                    pending[asyncio.ensure_future(streams[i].__anext__())] = i
+    finally:
+        for task in pending:
+            task.cancel()
 
 
 @dataclass(frozen=True)
@@ -155,3 +183,16 @@ class EngineStats:
     preemptions: int = 0
     steps: int = 0  # forward passes
     scheduled_tokens: int = 0  # tokens computed by those passes
+
+
+class Engine(Protocol):
+    """What the HTTP layer needs from an engine."""
+
+    tokenizer: Tokenizer
+    max_model_len: int
+
+    def submit(self, request: EngineRequest) -> RequestStream: ...
+    def cancel(self, request_id: str) -> None: ...
+    def drain(self, grace_s: float) -> None: ...
+    def close(self) -> None: ...
+    def stats(self) -> EngineStats: ...

@@ -16,7 +16,7 @@ How many blocks fit in a memory budget is the KV size math of
 tokens of ``layers × kv_elements(kv_heads, head_dim) × bytes`` each.
 
 >>> import torch
->>> from llmserve_ref.model.llama import ModelConfig
+>>> from llmserve_ref.model.llama_config import ModelConfig
 >>> config = ModelConfig(num_hidden_layers=2, num_key_value_heads=2, hidden_size=64,
 ...                      num_attention_heads=4)  # head_dim 16
 >>> config.kv_bytes_per_token(torch.float32)  # 2 layers x (2 x 2 heads x 16) x 4 bytes
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from llmserve_ref.model.llama import ModelConfig
+from llmserve_ref.model.llama_config import ModelConfig
 
 
 def num_blocks_for(

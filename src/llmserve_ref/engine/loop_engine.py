@@ -7,7 +7,9 @@ instead of queueing behind one another. Each sequence has its own KV cache (the
 model batches only sequences of equal length, so they are stepped in turn) and its
 own seeded `torch.Generator`, so a seed gives the same text however many other
 requests share the engine. The asyncio event loop never runs the model: the worker
-hands events over with ``loop.call_soon_threadsafe``.
+hands events over with ``loop.call_soon_threadsafe``. Token ids become text, stop
+strings and events in the output processor the batched engine uses too
+(`llmserve_ref.engine.output_processor`).
 
 >>> import asyncio
 >>> from llmserve_ref.engine.interface import EngineRequest
@@ -20,7 +22,7 @@ hands events over with ``loop.call_soon_threadsafe``.
 ...     return "".join(e.text for e in events), events[-1].finish_reason
 >>> asyncio.run(complete("Once upon a time,"))
 (' there was a...', 'length')
->>> engine.num_running, engine.kv_cache_bytes
+>>> engine.stats().running, engine.stats().kv_cache_bytes
 (0, 0)
 >>> engine.close()
 """
@@ -40,15 +42,16 @@ from llmserve_ref.engine.interface import (
     EngineRequest,
     EngineStats,
     EngineUnavailable,
+    FinishReason,
     RequestStream,
-    Timings,
-    TokenEvent,
+    TokenOutput,
+    deliver,
 )
-from llmserve_ref.model.detokenizer import TextStream
+from llmserve_ref.engine.output_processor import OutputProcessor
 from llmserve_ref.model.generate import check_prompt
 from llmserve_ref.model.kv_cache import KVCache
 from llmserve_ref.model.llama import Llama
-from llmserve_ref.model.sampling import TokenLogprobs, next_token, token_logprobs
+from llmserve_ref.model.sampling import next_token, token_logprobs
 from llmserve_ref.model.tokenizer import Tokenizer
 from llmserve_ref.model.weights import MODEL_DIRS, load
 
@@ -57,16 +60,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Sequence:
-    """A request inside the engine: its stream, cache, generator and progress."""
+    """A request inside the engine: its cache, generator and tokens so far."""
 
     request: EngineRequest
-    stream: RequestStream
-    text: TextStream
     generator: torch.Generator | None
     cache: KVCache | None = None
     output: list[int] = field(default_factory=list)
-    prompt_ms: float = 0.0
-    decode_start: float = 0.0
     done: bool = False
 
 
@@ -80,6 +79,7 @@ class LoopEngine:
         self.max_running = max_running
         self.steps = 0  # forward passes run, over all sequences
         self.scheduled_tokens = 0  # tokens those passes computed
+        self.processor = OutputProcessor(tokenizer)
         self._stop_ids = set(tokenizer.backend.get_added_tokens_decoder())
         self._waiting: deque[_Sequence] = deque()
         self._running: list[_Sequence] = []
@@ -107,17 +107,18 @@ class LoopEngine:
         generator = None
         if request.params.seed is not None:
             generator = torch.Generator(self.model.device).manual_seed(request.params.seed)
-        sequence = _Sequence(request, stream, TextStream(self.tokenizer, request.stop), generator)
         with self._wakeup:
             if not self._accepting:
                 raise EngineUnavailable("the server is shutting down")
-            self._waiting.append(sequence)
+            self.processor.add_request(request, stream)
+            self._waiting.append(_Sequence(request, generator))
             self._wakeup.notify()
         return stream
 
     def cancel(self, request_id: str) -> None:
         """Stop generating for `request_id` and free its cache (before the next step)."""
         with self._wakeup:
+            self.processor.drop(request_id)  # what it computes meanwhile goes nowhere
             self._cancelled.add(request_id)
             self._wakeup.notify()
 
@@ -136,42 +137,36 @@ class LoopEngine:
             self._wakeup.notify()
         self._thread.join()
 
-    @property
-    def num_running(self) -> int:
-        """Sequences being stepped (each holds a KV cache once prefilled)."""
-        with self._lock:
-            return sum(not s.done for s in self._running)
-
-    @property
-    def num_waiting(self) -> int:
-        """Sequences queued until a running one finishes (beyond `max_running`)."""
-        with self._lock:
-            return len(self._waiting)
-
-    @property
-    def kv_cache_bytes(self) -> int:
-        """Bytes of KV cache held by running sequences."""
-        with self._lock:
-            return sum(s.cache.nbytes for s in self._running if s.cache is not None)
-
     def stats(self) -> EngineStats:
-        return EngineStats(
-            self.num_running,
-            self.num_waiting,
-            self.kv_cache_bytes,
-            steps=self.steps,
-            scheduled_tokens=self.scheduled_tokens,
-        )
+        """Sequences running and waiting, the bytes of their KV caches, passes run."""
+        with self._lock:
+            running = [s for s in self._running if not s.done]
+            return EngineStats(
+                len(running),
+                len(self._waiting),
+                sum(s.cache.nbytes for s in running if s.cache is not None),
+                steps=self.steps,
+                scheduled_tokens=self.scheduled_tokens,
+            )
 
     def _loop(self) -> None:
         with torch.inference_mode():
             while (batch := self._next_batch()) is not None:
                 for sequence in batch:
+                    request_id = sequence.request.request_id
                     try:
-                        self._step(sequence)
+                        output = self._step(sequence)
                     except Exception:
-                        log.exception("request %s failed", sequence.request.request_id)
-                        self._finish(sequence, "", "abort")
+                        log.exception("request %s failed", request_id)
+                        with self._lock:
+                            events = self.processor.abort([request_id])
+                    else:
+                        with self._lock:
+                            events, _ = self.processor.process([output])
+                    with self._lock:
+                        if request_id not in self.processor.states:  # it ended, or was cancelled
+                            sequence.done, sequence.cache = True, None  # before its last event
+                    deliver(events)
                 with self._lock:
                     self._running = [s for s in self._running if not s.done]
 
@@ -186,8 +181,11 @@ class LoopEngine:
             for sequence in everyone:
                 if sequence.request.request_id in self._cancelled:
                     sequence.done = True  # the reader is gone: no last event, free it now
-                elif self._abort_at is not None and time.monotonic() >= self._abort_at:
-                    self._finish(sequence, sequence.text.flush(), "abort")
+            if self._abort_at is not None and time.monotonic() >= self._abort_at:
+                aborting = [s for s in everyone if not s.done]
+                deliver(self.processor.abort(s.request.request_id for s in aborting))
+                for sequence in aborting:
+                    sequence.done, sequence.cache = True, None
             self._cancelled.clear()
             self._running = [s for s in self._running if not s.done]
             self._waiting = deque(s for s in self._waiting if not s.done)
@@ -195,50 +193,28 @@ class LoopEngine:
                 self._running.append(self._waiting.popleft())
             return list(self._running)
 
-    def _step(self, s: _Sequence) -> None:
+    def _step(self, s: _Sequence) -> TokenOutput:
         """One forward pass for `s` (its prefill, or one decode step), then one token."""
         device = self.model.device
-        start = time.perf_counter()
+        request = s.request
         if s.cache is None:
-            prompt_len = len(s.request.prompt_ids)
             # The last token is sampled but never fed back, so it needs no position.
-            s.cache = self.model.make_cache(1, prompt_len + s.request.max_tokens - 1)
-            ids = torch.tensor([s.request.prompt_ids], device=device)
+            s.cache = self.model.make_cache(1, len(request.prompt_ids) + request.max_tokens - 1)
+            ids = torch.tensor([request.prompt_ids], device=device)
         else:
             ids = torch.tensor([s.output[-1:]], device=device)
         logits = self.model(ids, s.cache)[:, -1].float()
         self.steps += 1
         self.scheduled_tokens += ids.shape[1]
-        token = self._sample(s, logits)
-        num_top = s.request.params.logprobs
+        stops = () if request.ignore_eos else self._stop_ids
+        params = request.params
+        token = next_token(logits, params, request.prompt_ids, s.output, s.generator, stops)
+        num_top = params.logprobs
         lp = None if num_top is None else token_logprobs(logits, [token], [num_top])[0]
-        if not s.output:
-            s.prompt_ms = (time.perf_counter() - start) * 1e3
-            s.decode_start = time.perf_counter()
         s.output.append(token)
-        if token in self._stop_ids and not s.request.ignore_eos:
-            self._finish(s, s.text.flush(), "stop", lp)
-            return
-        text = s.text.step(token)
-        if s.text.stopped:
-            self._finish(s, text, "stop", lp)
-        elif len(s.output) == s.request.max_tokens:
-            self._finish(s, text + s.text.flush(), "length", lp)
-        else:
-            s.stream.put(TokenEvent(text, token, logprobs=lp))
-
-    def _sample(self, s: _Sequence, logits: torch.Tensor) -> int:
-        stops = () if s.request.ignore_eos else self._stop_ids
-        r = s.request
-        return next_token(logits, r.params, r.prompt_ids, s.output, s.generator, stops)
-
-    def _finish(
-        self, s: _Sequence, text: str, reason: str, logprobs: TokenLogprobs | None = None
-    ) -> None:
-        """Send the last event (with its token's `logprobs`, if asked for) and mark `s`
-        finished; its cache is dropped with it."""
-        decode_ms = (time.perf_counter() - s.decode_start) * 1e3 if s.output else 0.0
-        timings = Timings(len(s.request.prompt_ids), s.prompt_ms, len(s.output), decode_ms)
-        token = s.output[-1] if s.output else None
-        s.done, s.cache = True, None  # before the reader can see the last event
-        s.stream.put(TokenEvent(text, token, reason, timings, logprobs))
+        reason = None
+        if token in stops:
+            reason = FinishReason.STOP
+        elif len(s.output) == request.max_tokens:
+            reason = FinishReason.LENGTH
+        return TokenOutput(request.request_id, token, reason, lp)

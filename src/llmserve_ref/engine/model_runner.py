@@ -1,26 +1,16 @@
 """The model runner: one forward pass over every scheduled token of every sequence, on paged KV.
 
-Each step the scheduler picks, for each running sequence, some of its tokens: one
-for a sequence that is decoding, a chunk of the prompt for one that is
-prefilling. The runner packs them all into one row, with no padding, decode
-tokens first:
-
-    input_ids  [ d0 d1 d2 | p0 p0 p0 p0 | p1 p1 ]      d: decode, p: prompt chunk
-    positions  [ 17 40  9 |  0  1  2  3 | 12 13 ]      each token's own position
-
-and runs the unchanged model over it once. The model knows nothing of batches or
-blocks: it asks its cache (`llmserve_ref.model.llama.KVStore`) where its tokens
-sit and to attend. `PagedBatch` answers: it writes every layer's new keys and
-values to their slots in the `KVStorage`, then attends each sequence's queries
-over its own keys, read through its block table: decode tokens all at once
-(`paged_decode_attention`, or the Triton kernel on CUDA), prompt chunks one
-sequence at a time (`paged_attention`).
+The runner owns the model and the `KVStorage` its keys and values live in. Each step
+it makes the copy-on-write copies the block manager asked for, packs the scheduled
+tokens into one `PagedBatch` (`llmserve_ref.engine.paged_batch`), and runs the
+unchanged model over it once.
 
 Only the tokens that sample need logits: the last token of a sequence whose
 chunk reaches its end. The others only fill the cache.
 
 >>> import torch
->>> from llmserve_ref.model.llama import Llama, ModelConfig
+>>> from llmserve_ref.model.llama import Llama
+>>> from llmserve_ref.model.llama_config import ModelConfig
 >>> _ = torch.manual_seed(0)
 >>> model = Llama(ModelConfig(vocab_size=32, hidden_size=32, intermediate_size=64,
 ...                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2))
@@ -33,99 +23,16 @@ torch.Size([2, 32])
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from llmserve_ref.engine.kv_storage import KVStorage
-from llmserve_ref.kernels.paged_attention import paged_attention, paged_decode_attention
+from llmserve_ref.engine.paged_batch import Chunk, PagedBatch
+from llmserve_ref.kernels.paged_attention import paged_decode_attention
 from llmserve_ref.kernels.triton_paged_attention import paged_decode_attention_triton
 from llmserve_ref.model.llama import Llama
-
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """One sequence's share of a step: its new tokens, where they start, where its KV lives."""
-
-    token_ids: Sequence[int]
-    start: int  # the position of token_ids[0] (the tokens already in the cache)
-    block_table: Sequence[int]
-    samples: bool  # the last token's logits pick the next token
-
-    @property
-    def is_decode(self) -> bool:
-        return len(self.token_ids) == 1
-
-
-def _padded(tables: list[Sequence[int]], device: torch.device) -> torch.Tensor:
-    """Block tables of different lengths as one ``[batch, max_blocks]`` tensor (pad: block 0)."""
-    width = max((len(t) for t in tables), default=0)
-    rows = [list(t) + [0] * (width - len(t)) for t in tables]
-    return torch.tensor(rows, dtype=torch.long, device=device).view(len(tables), width)
-
-
-# --8<-- [start:batch]
-class PagedBatch:
-    """One step's packed tokens, and what the model's attention needs to reach their KV.
-
-    It is the `KVStore` the model runs with: `positions` says where each token sits,
-    `attend` writes the new keys and values through the slot mapping and attends.
-    """
-
-    def __init__(self, chunks: Sequence[Chunk], storage: KVStorage, decode_kernel=None) -> None:
-        device, size = storage.data.device, storage.block_size
-        self.storage = storage
-        self.decode_kernel = decode_kernel or paged_decode_attention
-        self.num_decodes = sum(c.is_decode for c in chunks)
-        self.input_ids = torch.tensor(
-            [[t for c in chunks for t in c.token_ids]], dtype=torch.long, device=device
-        )
-        lengths = torch.tensor([len(c.token_ids) for c in chunks], device=device)
-        starts = torch.tensor([c.start for c in chunks], device=device)
-        # Token i of chunk b sits at starts[b] + i: a ramp per chunk, built without a loop.
-        first = torch.cumsum(lengths, 0) - lengths  # where each chunk begins in the row
-        chunk_of = torch.repeat_interleave(torch.arange(len(chunks), device=device), lengths)
-        self._positions = starts[chunk_of] + torch.arange(len(chunk_of), device=device)
-        self._positions -= first[chunk_of]
-        tables = _padded([c.block_table for c in chunks], device)
-        block_ids = tables[chunk_of, self._positions // size]
-        self.slot_mapping = block_ids * size + self._positions % size
-        self.seq_lens = starts + lengths  # keys each sequence has once this step writes
-        self.block_tables = tables
-        self.query_start = torch.cat((first, lengths.sum().view(1)))
-        last = first + lengths - 1
-        self.logits_indices = last[torch.tensor([c.samples for c in chunks], device=device)]
-
-    def positions(self, num_tokens: int) -> torch.Tensor:
-        return self._positions
-
-    def attend(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
-    ) -> torch.Tensor:
-        """`q`, `k`, `v` are ``[1, heads, num_tokens, head_dim]``: the packed row, heads first."""
-        q, k, v = (t[0].transpose(0, 1) for t in (q, k, v))  # [num_tokens, heads, head_dim]
-        self.storage.write(layer, self.slot_mapping, k, v)
-        k_cache, v_cache = self.storage.keys(layer), self.storage.values(layer)
-        out = torch.empty_like(q)
-        d = self.num_decodes  # decode tokens first: one query per sequence
-        if d:
-            out[:d] = self.decode_kernel(
-                q[:d], k_cache, v_cache, self.block_tables[:d], self.seq_lens[:d]
-            )
-        if d < len(self.seq_lens):  # prompt chunks, one sequence at a time
-            out[d:] = paged_attention(
-                q[d:],
-                k_cache,
-                v_cache,
-                self.block_tables[d:],
-                self.seq_lens[d:],
-                self.query_start[d:] - self.query_start[d],
-            )
-        return out.transpose(0, 1)[None]
-
-
-# --8<-- [end:batch]
 
 
 class ModelRunner:
@@ -133,12 +40,18 @@ class ModelRunner:
 
     def __init__(self, model: Llama, num_blocks: int, block_size: int) -> None:
         self.model = model
-        dtype, device = model.lm_head.weight.dtype, model.device
-        self.storage = KVStorage.for_model(model.config, num_blocks, block_size, dtype, device)
+        self.storage = KVStorage.for_model(
+            model.config, num_blocks, block_size, model.dtype, model.device
+        )
         # On CUDA the decode tokens attend with the Triton kernel, which reads the blocks
-        # in place; elsewhere the PyTorch path gathers them.
+        # in place, trusting the block manager's tables (checking them would synchronize
+        # the GPU on every layer of every step); elsewhere the PyTorch path gathers them.
         cuda = model.device.type == "cuda"
-        self.decode_kernel = paged_decode_attention_triton if cuda else paged_decode_attention
+        self.decode_kernel = (
+            functools.partial(paged_decode_attention_triton, check=False)
+            if cuda
+            else paged_decode_attention
+        )
 
     @torch.inference_mode()
     def forward(
@@ -155,4 +68,4 @@ class ModelRunner:
         self.storage.copy_blocks(list(blocks_to_copy))
         batch = PagedBatch(chunks, self.storage, self.decode_kernel)
         hidden = self.model.hidden_states(batch.input_ids, batch)[0]  # [num_tokens, hidden]
-        return self.model.lm_head(hidden[batch.logits_indices]).float()
+        return self.model.compute_logits(hidden[batch.logits_indices]).float()

@@ -41,142 +41,14 @@ simulator (`llmserve_ref.planning.simulator`) and a real engine: call
 
 from __future__ import annotations
 
-import enum
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
-from llmserve_ref.engine.block_manager import BlockManager, blocks_for
-
-
-class RequestStatus(enum.Enum):
-    WAITING = "waiting"
-    RUNNING = "running"
-    FINISHED = "finished"
-
-
-# --8<-- [start:request]
-@dataclass(eq=False, slots=True)
-class Request:
-    """One request, counted in tokens.
-
-    `num_computed_tokens` is how many of its tokens (prompt, then outputs) have
-    their keys and values in the cache. While it is below `num_tokens - 1` the
-    request is prefilling; at `num_tokens - 1` it is decoding (the newest output
-    token is the only one not yet fed back). The step that brings it level with
-    `num_tokens` samples a new token.
-
-    A real engine passes `token_ids` (the prompt; sampled tokens are appended),
-    which lets the prefix cache share blocks, salted per tenant by `cache_salt`.
-    A simulated request has no token ids and shares nothing. `n` is the number
-    of sequences it becomes once its prompt is computed (OpenAI's ``n``): they
-    share the prompt's blocks, and each takes a seat from admission on.
-    """
-
-    request_id: str
-    prompt_len: int
-    max_tokens: int
-    token_ids: list[int] | None = None
-    cache_salt: str | None = None
-    n: int = 1
-    num_computed_tokens: int = 0
-    num_output_tokens: int = 0
-    status: RequestStatus = RequestStatus.WAITING
-    num_preemptions: int = 0
-    num_cached_tokens: int = -1  # prompt tokens found cached when first admitted (vLLM's name)
-    num_skips: int = 0  # times a later request was admitted ahead of it
-    reserved: bool = False  # a static batch's member: blocks held for its whole length
-
-    @property
-    def num_tokens(self) -> int:
-        return self.prompt_len + self.num_output_tokens
-
-    @property
-    def is_decoding(self) -> bool:
-        return self.num_output_tokens > 0 and self.num_computed_tokens == self.num_tokens - 1
-
-
-# --8<-- [end:request]
-
-
-# --8<-- [start:config]
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """The knobs of one engine instance.
-
-    `batching`: "continuous" admits a request whenever a slot and its blocks are
-    free; "static" forms a batch only when the running set is empty and lets it
-    run until its longest member finishes, reserving every member's blocks for
-    its whole length (`prompt_len + max_tokens`) up front, as engines with
-    fixed-shape batches did.
-
-    `priority`: "decode" gives every running decode its token before any prompt
-    chunk (stall-free batching, Sarathi-Serve; vLLM's default); "prefill" serves
-    prompt chunks and new requests first and gives decodes what is left.
-
-    `watermark`: the fraction of blocks that must stay free after a continuous
-    admission (vLLM v0 used 0.01), room for running requests to grow into.
-
-    `max_skips`: 0 is strict first-come-first-served: a waiting request whose
-    blocks do not fit stops admission behind it. With k > 0, later requests may
-    be admitted ahead of it, but only k times; then it blocks until it fits.
-    """
-
-    token_budget: int = 2048
-    max_num_seqs: int = 256
-    block_size: int = 16
-    num_blocks: int = 4096
-    batching: Literal["continuous", "static"] = "continuous"
-    priority: Literal["decode", "prefill"] = "decode"
-    watermark: float = 0.01
-    max_skips: int = 0
-    enable_prefix_caching: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("token_budget", "max_num_seqs", "block_size", "num_blocks"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.token_budget < self.max_num_seqs:
-            raise ValueError(
-                f"token_budget {self.token_budget} < max_num_seqs {self.max_num_seqs}: a step "
-                "could not give every running request its decode token; raise token_budget"
-            )
-        if self.batching not in ("continuous", "static"):
-            raise ValueError(f"batching is 'continuous' or 'static', got {self.batching!r}")
-        if self.priority not in ("decode", "prefill"):
-            raise ValueError(f"priority is 'decode' or 'prefill', got {self.priority!r}")
-        if not 0 <= self.watermark < 1:
-            raise ValueError(f"watermark is a fraction in [0, 1), got {self.watermark}")
-        if self.max_skips < 0:
-            raise ValueError(f"max_skips must be 0 or more, got {self.max_skips}")
-
-    @property
-    def watermark_blocks(self) -> int:
-        return int(self.watermark * self.num_blocks)
-
-    def blocks_for(self, num_tokens: int) -> int:
-        """Blocks that hold `num_tokens` tokens.
-
-        >>> SchedulerConfig(block_size=16).blocks_for(33)
-        3
-        """
-        return blocks_for(num_tokens, self.block_size)
-
-    def check_fits(self, request_id: str, prompt_len: int, max_tokens: int) -> None:
-        """Refuse a request whose whole sequence needs more blocks than the pool has: it
-        would wait forever at the head of the queue and block everyone behind it."""
-        needed = self.blocks_for(prompt_len + max_tokens)
-        if needed > self.num_blocks:
-            raise ValueError(
-                f"request {request_id!r} needs {needed} KV blocks for "
-                f"{prompt_len} prompt + {max_tokens} max_tokens at block_size "
-                f"{self.block_size}, but the whole cache has {self.num_blocks}; "
-                "shorten the prompt or max_tokens, or give the cache more blocks"
-            )
-
-
-# --8<-- [end:config]
+from llmserve_ref.engine.block_manager import BlockManager
+from llmserve_ref.engine.kv_block import blocks_for
+from llmserve_ref.engine.request import Request, RequestStatus
+from llmserve_ref.engine.scheduler_config import SchedulerConfig
 
 
 def pairs(num_tokens: int, num_cached: int) -> int:
@@ -206,6 +78,9 @@ class SchedulerOutput:
     scheduled: dict[str, Request] = field(default_factory=dict, repr=False)
     # Copy-on-write: (source, destination) blocks the engine copies before the forward pass.
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
+    # The block table of a scheduled request, by id, read when the engine asks (the
+    # simulator never does, so building every table every step would cost it for nothing).
+    block_table: Callable[[str], list[int]] = field(default=lambda request_id: [], repr=False)
 
     def add(self, request: Request, num_tokens: int) -> None:
         self.scheduled[request.request_id] = request
@@ -223,6 +98,19 @@ class SchedulerOutput:
             self.attention_pairs -= pairs(num_tokens, request.num_computed_tokens)
 
 
+@dataclass(frozen=True)
+class SchedulerStats:
+    """The scheduler's load now and its totals, with vLLM's names: what `/metrics` shows."""
+
+    num_running_reqs: int
+    num_waiting_reqs: int
+    num_preemptions: int
+    kv_blocks_used: int  # held by requests (cached blocks no request holds are free)
+    kv_blocks_total: int
+    prefix_cache_queries: int  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int  # ... and found there
+
+
 class Scheduler:
     """A waiting queue, a running list in admission order, and a pool of KV blocks."""
 
@@ -236,7 +124,7 @@ class Scheduler:
         self.config = config
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        width = None if max_model_len is None else config.blocks_for(max_model_len)
+        width = None if max_model_len is None else blocks_for(max_model_len, config.block_size)
         self.block_manager = block_manager or BlockManager(
             config.num_blocks, config.block_size, config.enable_prefix_caching, width
         )
@@ -291,6 +179,7 @@ class Scheduler:
             self._admit(out)
             self._schedule_decodes(out)
         out.blocks_to_copy = list(self.block_manager.pending_copies)
+        out.block_table = self.block_manager.table
         return out
 
     def _budget_left(self, out: SchedulerOutput) -> int:
@@ -367,8 +256,11 @@ class Scheduler:
         """Tokens to hold blocks for at admission: a static batch's member its whole
         length, since it never grows; any other request, one resumed after a preemption
         included, what it has (reserving its `max_tokens` would strand the memory that
-        paging frees)."""
-        if self.config.batching == "static":
+        paging frees). A simulated `reservation` holds its whole region from the start."""
+        if self.config.reservation == "context":
+            assert self.config.max_model_len is not None  # SchedulerConfig requires it
+            return self.config.max_model_len
+        if self.config.batching == "static" or self.config.reservation == "max_tokens":
             return request.prompt_len + request.max_tokens
         return request.num_tokens
 
@@ -431,6 +323,7 @@ class Scheduler:
                 )
             if request.num_computed_tokens == request.num_tokens:
                 if request.token_ids is not None:
+                    assert sampled_token_ids is not None, "requests with token ids sample"
                     request.token_ids.append(sampled_token_ids[request_id])
                 request.num_output_tokens += 1
                 sampled.append(request)
@@ -486,3 +379,15 @@ class Scheduler:
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.running)
+
+    def make_stats(self) -> SchedulerStats:
+        blocks = self.block_manager
+        return SchedulerStats(
+            len(self.running),
+            len(self.waiting),
+            self.num_preemptions,
+            blocks.num_used_blocks,
+            blocks.num_blocks,
+            blocks.num_queries,
+            blocks.num_hits,
+        )

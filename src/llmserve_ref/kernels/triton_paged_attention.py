@@ -150,10 +150,10 @@ def _paged_decode_kernel(
 def check_paged_decode_args(
     q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor, seq_lens: Tensor
 ) -> int:
-    """Check a paged decode call's shapes, dtypes and lengths; return the GQA group size.
+    """Check a paged decode call's shapes and dtypes; return the GQA group size.
 
-    Only the block table entries a sequence uses (the first ``ceil(seq_len / block_size)``)
-    must name blocks of the pool: the rest are never read, whatever they hold.
+    These checks read only the tensors' metadata: they cost nothing on the GPU. The
+    lengths and table entries are data, checked by `check_paged_decode_contents`.
     """
     if q.dim() != 3 or k_cache.dim() != 4:
         raise ValueError(
@@ -166,7 +166,7 @@ def check_paged_decode_args(
             "the same shape"
         )
     batch, heads, head_dim = q.shape
-    num_blocks, block_size, kv_heads, cache_dim = k_cache.shape
+    _, block_size, kv_heads, cache_dim = k_cache.shape
     if head_dim != cache_dim:
         raise ValueError(f"q has head_dim {head_dim} but the caches {cache_dim}")
     if heads % kv_heads:
@@ -184,6 +184,13 @@ def check_paged_decode_args(
             f"block_tables must be [batch, max_blocks] and seq_lens [batch], batch={batch}; "
             f"got {tuple(block_tables.shape)} and {tuple(seq_lens.shape)}"
         )
+    _check_dtypes_and_device(q, k_cache, v_cache, block_tables, seq_lens)
+    return heads // kv_heads
+
+
+def _check_dtypes_and_device(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor, seq_lens: Tensor
+) -> None:
     if q.dtype not in DTYPES or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
         raise ValueError(
             f"q, k_cache, v_cache must share one dtype among float32, float16, bfloat16; "
@@ -198,8 +205,18 @@ def check_paged_decode_args(
     if len(devices) > 1:
         raise ValueError(f"all tensors must be on one device; got {sorted(map(str, devices))}")
 
-    # The lengths and the used table entries, read back once (a production engine trusts
-    # its block manager and skips this synchronization).
+
+def check_paged_decode_contents(
+    block_tables: Tensor, seq_lens: Tensor, num_blocks: int, block_size: int
+) -> None:
+    """Check the lengths and the table entries a decode will read: every length at least 1
+    and within its table, every used entry a block of the pool. Only the entries a sequence
+    uses (the first ``ceil(seq_len / block_size)``) count: the rest are never read.
+
+    These are data, so checking them reads the tensors back to the host: on a GPU, a
+    synchronization. A production engine trusts its block manager and skips it
+    (``check=False``); a test, a page or a first try should not.
+    """
     capacity = block_tables.shape[1] * block_size
     for b, seq_len in enumerate(seq_lens.tolist()):
         if seq_len < 1:
@@ -222,19 +239,27 @@ def check_paged_decode_args(
             f"(num_blocks={num_blocks}); sequence {b} uses its first "
             f"{used[b].sum().item()} entries"
         )
-    return heads // kv_heads
 
 
 def paged_decode_attention_triton(
-    q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor, seq_lens: Tensor
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    block_tables: Tensor,
+    seq_lens: Tensor,
+    check: bool = True,
 ) -> Tensor:
     """`paged_decode_attention` as one Triton kernel that reads the blocks in place.
 
     q ``[batch, heads, head_dim]``, one new token per sequence at position
     ``seq_lens[b] - 1``; the caches ``[num_blocks, block_size, kv_heads, head_dim]``;
     `block_tables` ``[batch, max_blocks]``. Returns ``[batch, heads, head_dim]`` in q's dtype.
+    `check` also checks the lengths and table entries (`check_paged_decode_contents`),
+    which synchronizes a GPU: the engine's hot path turns it off.
     """
     group = check_paged_decode_args(q, k_cache, v_cache, block_tables, seq_lens)
+    if check:
+        check_paged_decode_contents(block_tables, seq_lens, *k_cache.shape[:2])
     reason = why_triton_cannot_run(q.device)
     if reason is not None:
         raise RuntimeError(reason)

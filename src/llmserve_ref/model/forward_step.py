@@ -11,7 +11,8 @@ This is the one home of these passes; the prefill / decode / recompute steps of
 and the verification widths of `llmserve_ref.engine.speculative` are built here.
 
 >>> import torch
->>> from llmserve_ref.model.llama import Llama, ModelConfig
+>>> from llmserve_ref.model.llama import Llama
+>>> from llmserve_ref.model.llama_config import ModelConfig
 >>> model = Llama(ModelConfig(vocab_size=16, hidden_size=16, intermediate_size=32,
 ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)).to("cpu")
 >>> step = forward_step(model, batch_size=2, context=5, width=3)

@@ -12,7 +12,8 @@ yielded too (so the caller can tell why it ended) and then the loop ends.
 It serves one sequence; batching is the scheduler's job on later pages.
 
 >>> import torch
->>> from llmserve_ref.model.llama import Llama, ModelConfig
+>>> from llmserve_ref.model.llama import Llama
+>>> from llmserve_ref.model.llama_config import ModelConfig
 >>> _ = torch.manual_seed(0)
 >>> model = Llama(ModelConfig(vocab_size=16, hidden_size=16, intermediate_size=32,
 ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)).to("cpu")

@@ -22,7 +22,8 @@ pages convert (8 query heads, 8 K/V heads; seeded, about two minutes on two CPU
 cores) into ``src/llmserve_ref/data/models/mha/``, with the project's tokenizer.
 
 >>> import torch
->>> from llmserve_ref.model.llama import Llama, ModelConfig
+>>> from llmserve_ref.model.llama import Llama
+>>> from llmserve_ref.model.llama_config import ModelConfig
 >>> _ = torch.manual_seed(0)
 >>> mha = Llama(ModelConfig(vocab_size=32, hidden_size=32, intermediate_size=64,
 ...     num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4)).to("cpu")
@@ -43,7 +44,8 @@ from pathlib import Path
 import torch
 
 from llmserve_ref.model import corpus
-from llmserve_ref.model.llama import Llama, ModelConfig
+from llmserve_ref.model.llama import Llama
+from llmserve_ref.model.llama_config import ModelConfig
 from llmserve_ref.model.tokenizer import Tokenizer
 from llmserve_ref.model.train import (
     NUM_THREADS,
@@ -95,7 +97,7 @@ def mean_pool_kv_heads(model: Llama, num_kv_heads: int) -> Llama:
             groups = weight.view(num_kv_heads, heads // num_kv_heads, head_dim, -1)
             state[name] = groups.mean(dim=1).flatten(0, 1)
     pooled.load_state_dict(state)
-    return pooled.to(model.device, model.lm_head.weight.dtype).eval()
+    return pooled.to(model.device, model.dtype).eval()
 
 
 # --8<-- [end:mean_pool]

@@ -36,9 +36,8 @@ torch.Size([1, 3, 32])
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -47,62 +46,8 @@ from torch import nn
 
 from llmserve_ref.device import get_device
 from llmserve_ref.kernels.grouped_attention import grouped_attention
-from llmserve_ref.model.kv_cache import KVCache, kv_elements
-
-
-@dataclass
-class ModelConfig:
-    """Model shape, with the field names of Hugging Face's ``LlamaConfig``."""
-
-    vocab_size: int = 1024
-    hidden_size: int = 256
-    intermediate_size: int = 688
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 8
-    num_key_value_heads: int = 2
-    max_position_embeddings: int = 1024
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    tie_word_embeddings: bool = True
-    head_dim: int | None = None
-    bos_token_id: int = 0
-    eos_token_id: int = 1
-
-    def __post_init__(self) -> None:
-        if self.head_dim is None:
-            self.head_dim = self.hidden_size // self.num_attention_heads
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
-                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                f"num_key_value_heads ({self.num_key_value_heads}): each K/V head serves "
-                f"a whole group of query heads"
-            )
-
-    def to_hf_dict(self, dtype: torch.dtype = torch.float32) -> dict:
-        """The ``config.json`` contents ``transformers.LlamaForCausalLM`` expects."""
-        return {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            **asdict(self),
-            "hidden_act": "silu",
-            "attention_bias": False,
-            "mlp_bias": False,
-            "rope_scaling": None,
-            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
-            "torch_dtype": str(dtype).removeprefix("torch."),
-            "use_cache": True,
-        }
-
-    def kv_bytes_per_token(self, dtype: torch.dtype = torch.float32) -> int:
-        """Bytes the KV cache of one sequence grows by per token, over all layers."""
-        per_layer = kv_elements(self.num_key_value_heads, self.head_dim)
-        return self.num_hidden_layers * per_layer * dtype.itemsize
-
-    @classmethod
-    def from_hf_dict(cls, config: dict) -> ModelConfig:
-        """Read the fields we use from a ``config.json`` dict; ignore the rest."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in config.items() if k in names})
+from llmserve_ref.model.kv_cache import KVCache
+from llmserve_ref.model.llama_config import ModelConfig
 
 
 # --8<-- [start:rmsnorm]
@@ -136,6 +81,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 class RotaryEmbedding(nn.Module):
     """Cosines and sines of ``position × θ^(-2i/d)`` for every position up to a maximum."""
+
+    cos: torch.Tensor  # [max_positions, head_dim], buffers
+    sin: torch.Tensor
 
     def __init__(self, head_dim: int, max_positions: int, theta: float) -> None:
         super().__init__()
@@ -288,7 +236,7 @@ class Llama(nn.Module):
         )
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
-            self.lm_head.weight = self.model["embed_tokens"].weight
+            self.lm_head.weight = cast(nn.Embedding, self.model["embed_tokens"]).weight
         self.rope = RotaryEmbedding(
             config.head_dim, config.max_position_embeddings, config.rope_theta
         )
@@ -303,6 +251,10 @@ class Llama(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:  # the weights', which the KV cache takes too
+        return self.lm_head.weight.dtype
 
     def num_parameters(self) -> int:
         """Distinct parameters (a tied embedding counts once)."""
@@ -323,7 +275,7 @@ class Llama(nn.Module):
             max_len,
             c.head_dim,
             device=self.device,
-            dtype=self.lm_head.weight.dtype,
+            dtype=self.dtype,
         )
 
     # --8<-- [start:forward]
@@ -334,7 +286,7 @@ class Llama(nn.Module):
         With one the cache says where they sit: a `KVCache` continues at its
         `length` and grows by T.
         """
-        return self.lm_head(self.hidden_states(input_ids, cache))
+        return self.compute_logits(self.hidden_states(input_ids, cache))
 
     def hidden_states(self, input_ids: torch.Tensor, cache: KVStore | None = None) -> torch.Tensor:
         """The final normalized hidden states ``[batch, T, hidden]``: `forward` before `lm_head`."""
@@ -348,9 +300,13 @@ class Llama(nn.Module):
         else:
             positions = torch.arange(T, device=input_ids.device)
         x = self.model["embed_tokens"](input_ids)
-        for i, block in enumerate(self.model["layers"]):
+        for i, block in enumerate(cast(nn.ModuleList, self.model["layers"])):
             x = block(x, self.rope, positions, cache, i)
         return self.model["norm"](x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Next-token logits from final hidden states (an engine passes only those that sample)."""
+        return self.lm_head(hidden)
 
     # --8<-- [end:forward]
 
@@ -362,7 +318,7 @@ class Llama(nn.Module):
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        dtype = dtype or self.lm_head.weight.dtype
+        dtype = dtype or self.dtype
         state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in self.state_dict().items()}
         if self.config.tie_word_embeddings:
             del state["lm_head.weight"]  # the same tensor as the embedding

@@ -39,7 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from llmserve_ref.kernels.grouped_attention import grouped_attention
-from llmserve_ref.model.llama import DecoderLayer, ModelConfig, RotaryEmbedding
+from llmserve_ref.model.llama import DecoderLayer, RotaryEmbedding
+from llmserve_ref.model.llama_config import ModelConfig
 
 
 # --8<-- [start:launch]
@@ -258,6 +259,7 @@ def pipeline_worker(
         else:
             outputs.append(y)
     for _, request in sends:  # the tensors stay referenced until their sends complete
+        assert request is not None  # isend gives None only to ranks outside the group
         request.wait()
     expected = []
     if rank == world_size - 1:  # the whole model, sequentially, for comparison

@@ -100,6 +100,13 @@ class QuantizedLinear(nn.Module):
     both in one kernel, never materializing the float weight.
     """
 
+    q: torch.Tensor  # the quantized weight and its scales (buffers)
+    scale: torch.Tensor
+    bits: int
+    fused: bool
+    in_features: int
+    out_features: int
+
     def __init__(self, linear: nn.Linear, bits: int, group_size: int = 32, fused: bool = False):
         super().__init__()
         if linear.bias is not None:

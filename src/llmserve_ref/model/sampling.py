@@ -383,8 +383,8 @@ def token_logprobs(
     logprobs = logits.float().log_softmax(dim=-1)
     ids = torch.tensor(token_ids, dtype=torch.long, device=logits.device)[:, None]
     chosen = logprobs.gather(-1, ids)[:, 0].tolist()
-    values, top_ids = logprobs.topk(max(num_top, default=0), dim=-1)
-    values, top_ids = values.tolist(), top_ids.tolist()
+    top = logprobs.topk(max(num_top, default=0), dim=-1)
+    values, top_ids = top.values.tolist(), top.indices.tolist()
     return [
         TokenLogprobs(lp, tuple(zip(top_ids[i][:k], values[i][:k], strict=True)))
         for i, (lp, k) in enumerate(zip(chosen, num_top, strict=True))

@@ -77,10 +77,9 @@ class Tokenizer:
         # call, so that concurrent encodes never see each other's setting.
         self._literal = HFTokenizer.from_str(backend.to_str())
         self._literal.encode_special_tokens = True
-        self.bos_id: int = backend.token_to_id(BOS)
-        self.eos_id: int = backend.token_to_id(EOS)
-        self.user_id: int = backend.token_to_id(USER)
-        self.assistant_id: int = backend.token_to_id(ASSISTANT)
+        self.bos_id, self.eos_id, self.user_id, self.assistant_id = (
+            _special_id(backend, token) for token in (BOS, EOS, USER, ASSISTANT)
+        )
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 1024) -> Tokenizer:
@@ -160,3 +159,11 @@ class Tokenizer:
         (directory / "special_tokens_map.json").write_text(
             json.dumps({**special, "additional_special_tokens": [USER, ASSISTANT]}, indent=2) + "\n"
         )
+
+
+def _special_id(backend: HFTokenizer, token: str) -> int:
+    """The id of one of our special tokens, which every tokenizer of ours has."""
+    token_id = backend.token_to_id(token)
+    if token_id is None:
+        raise ValueError(f"this tokenizer has no {token} token: it is not one of ours")
+    return token_id

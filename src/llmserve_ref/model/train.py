@@ -39,7 +39,8 @@ import torch
 import torch.nn.functional as F
 
 from llmserve_ref.model import corpus
-from llmserve_ref.model.llama import Llama, ModelConfig
+from llmserve_ref.model.llama import Llama
+from llmserve_ref.model.llama_config import ModelConfig
 from llmserve_ref.model.tokenizer import Tokenizer
 from llmserve_ref.model.weights import MODELS_DIR
 

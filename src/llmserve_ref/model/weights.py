@@ -15,11 +15,14 @@ is the cheap guesser that speculative decoding pairs with it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from llmserve_ref.model.llama import Llama
 from llmserve_ref.model.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    import torch
+
+    from llmserve_ref.model.llama import Llama
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
 TARGET_DIR = MODELS_DIR / "target"
@@ -31,7 +34,12 @@ MODEL_DIRS: dict[str, Path] = {"tiny": TARGET_DIR, "tiny-draft": DRAFT_DIR}
 def load(
     directory: str | Path, device: torch.device | str | None = None
 ) -> tuple[Llama, Tokenizer]:
-    """The model and tokenizer in `directory`, the model on `device` (default: `get_device()`)."""
+    """The model and tokenizer in `directory`, the model on `device` (default: `get_device()`).
+
+    torch is imported here, when a model is loaded: where the models live, and their
+    tokenizer, are all that a client of a server (the benchmark client) needs."""
+    from llmserve_ref.model.llama import Llama
+
     return Llama.from_pretrained(directory, device), Tokenizer.from_file(directory)
 
 

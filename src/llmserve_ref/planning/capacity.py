@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from llmserve_ref.engine.scheduler import SchedulerConfig
+from llmserve_ref.engine.scheduler_config import SchedulerConfig
 from llmserve_ref.planning.hardware import GPU
 from llmserve_ref.planning.kv_math import kv_cache_budget, max_kv_tokens, weight_bytes
 from llmserve_ref.planning.model_catalog import CatalogModel
@@ -154,6 +154,7 @@ def simulate_benchmark(benchmark: Benchmark, m: CatalogModel, g: GPU, **pool_opt
     depend on how long steps take: one simulation prices the run at any efficiency.
     """
     pool = instance_pool(m, g, efficiency=ROOFLINE, **pool_options)
+    assert isinstance(pool.cost, StepCost)  # what instance_pool builds
     recorder = _Recorder(pool.cost, [], [])
     simulate(benchmark.workload(), Pool(pool.config, recorder))
     return Run(benchmark, np.array(recorder.compute), np.array(recorder.memory))

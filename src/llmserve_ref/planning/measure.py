@@ -33,7 +33,8 @@ import torch
 
 from llmserve_ref.device import get_device
 from llmserve_ref.model.forward_step import forward_step
-from llmserve_ref.model.llama import Llama, ModelConfig
+from llmserve_ref.model.llama import Llama
+from llmserve_ref.model.llama_config import ModelConfig
 from llmserve_ref.planning.roofline import Roof
 
 MIB = 2**20

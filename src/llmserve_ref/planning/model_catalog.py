@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmserve_ref.planning.hardware import GPUS
-from llmserve_ref.planning.kv_math import DTYPE_BITS, ModelShape, from_hf_config
+from llmserve_ref.planning.kv_math import DTYPE_BITS
+from llmserve_ref.planning.model_shape import ModelShape, from_hf_config
 from llmserve_ref.planning.published import VLLM
 
 

@@ -14,7 +14,8 @@ the pass and nothing else. Token ids are zeros and the cache holds zeros: the
 time of a forward pass does not depend on the values, only on the shapes.
 
 >>> import torch
->>> from llmserve_ref.model.llama import Llama, ModelConfig
+>>> from llmserve_ref.model.llama import Llama
+>>> from llmserve_ref.model.llama_config import ModelConfig
 >>> model = Llama(ModelConfig(vocab_size=16, hidden_size=16, intermediate_size=32,
 ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)).to("cpu")
 >>> prefill_step(model, batch_size=2, prompt_len=5)().shape

@@ -112,7 +112,7 @@ ROOFLINE = Efficiency(mfu=1.0, mbu=1.0)
 #       -> 6612 total tokens/s (decode-bound)
 # The MFU and MBU at which the simulator, with vLLM's offline scheduler defaults,
 # reproduces both: `llmserve_ref.planning.capacity.implied_efficiency` derives them
-# (0.577 and 0.498) and tests/test_capacity.py checks that they round to these.
+# (0.577 and 0.498) and tests/planning/test_capacity.py checks that they round to these.
 VLLM_H100 = Efficiency(mfu=0.58, mbu=0.50)
 
 

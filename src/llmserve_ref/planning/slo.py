@@ -4,7 +4,7 @@ Throughput counts every token; goodput counts only the requests served well
 enough, so it says how much load a server carries at a given quality
 (DistServe, arXiv:2401.09670). The same targets judge a simulated request
 (`llmserve_ref.planning.simulator`) and a measured one
-(`llmserve_ref.serving.bench_metrics`); each passes its own latencies.
+(`llmserve_ref.bench.bench_metrics`); each passes its own latencies.
 
 >>> slo = SLO(ttft=0.5, tpot=0.05)
 >>> slo.met_by(ttft=0.2, tpot=0.04, e2e=4.2), slo.met_by(ttft=0.2, tpot=0.06, e2e=6.2)

@@ -7,6 +7,8 @@ prompt is found too long, and 20,000 stop strings slow every step of the engine.
 limit here is checked at the cheapest point, and each refusal is an OpenAI error that
 says which limit, its value, and what to send instead:
 
+* the body's media type: JSON only (415), so that no web page can make a user's
+  browser call the server without asking first (a CORS "simple" request);
 * the body's size, from ``Content-Length`` before reading, then while reading (413);
 * the prompt's length in characters, before tokenizing: a token stands for at most
   `Tokenizer.max_token_chars` characters, so more than ``max_model_len`` times that
@@ -24,14 +26,15 @@ says which limit, its value, and what to send instead:
 >>> limits.check_stop(tuple("abcde"))
 Traceback (most recent call last):
 ...
-llmserve_ref.serving.openai_protocol.OpenAIError: 5 stop strings were sent; this server ...
+llmserve_ref.serving.errors.OpenAIError: 5 stop strings were sent; this server ...
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from llmserve_ref.serving.openai_protocol import OpenAIError
+from llmserve_ref.serving.errors import OpenAIError
 
 
 # --8<-- [start:limits]
@@ -50,6 +53,15 @@ class Limits:
         """Refuse a body announced as too big before reading a byte of it."""
         if header is not None and header.isdigit() and int(header) > self.max_request_bytes:
             raise self.too_large()
+
+    async def read_capped(self, chunks: AsyncIterator[bytes]) -> bytes:
+        """The body from its `chunks`, refused (413) as soon as it passes the limit."""
+        body = bytearray()
+        async for chunk in chunks:
+            body += chunk
+            if len(body) > self.max_request_bytes:
+                raise self.too_large()
+        return bytes(body)
 
     def too_large(self) -> OpenAIError:
         return OpenAIError(
@@ -109,3 +121,17 @@ def check_prompt_chars(chars: int, max_model_len: int, max_token_chars: int, wha
 
 
 # --8<-- [end:limits]
+
+
+def check_json_content_type(content_type: str | None) -> None:
+    """Refuse a body not sent as JSON. A browser sends ``text/plain`` from any web page
+    without asking (a "simple" request, no CORS preflight): without this check, any page
+    a user visits could make their local server generate."""
+    media_type = (content_type or "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise OpenAIError(
+            f"Send the body as JSON, with 'Content-Type: application/json'; got "
+            f"{content_type or 'no Content-Type'!r}.",
+            415,
+            code="unsupported_media_type",
+        )

@@ -2,7 +2,7 @@
 
 This is the server side of monitoring: what ``GET /metrics`` exposes while the server
 runs, for Prometheus to scrape (the benchmark's client-side statistics, TTFT and TPOT
-percentiles of one run, are `llmserve_ref.serving.bench_metrics`). It has two parts:
+percentiles of one run, are `llmserve_ref.bench.bench_metrics`). It has two parts:
 the metric types and the `Registry` that renders them, then `ServerMetrics`, the set
 this server keeps: requests, tokens, latencies and the engine's load.
 
@@ -40,6 +40,7 @@ ttft_seconds_count 2
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -187,28 +188,35 @@ class ServerMetrics(Registry):
         )
         self.add(
             Gauge(
-                "llmserve_requests_running", "Sequences being decoded.", lambda: engine.num_running
+                "llmserve_requests_running",
+                "Sequences being decoded.",
+                lambda: engine.stats().running,
             )
         )
         self.add(
             Gauge(
                 "llmserve_requests_waiting",
                 "Sequences queued for a slot.",
-                lambda: engine.num_waiting,
+                lambda: engine.stats().waiting,
             )
         )
         self.add(
             Gauge(
                 "llmserve_kv_cache_bytes",
                 "Bytes of KV cache held by running sequences.",
-                lambda: engine.kv_cache_bytes,
+                lambda: engine.stats().kv_cache_bytes,
             )
         )
         # The engine's own counts, by `EngineStats` field (zero where an engine has no
         # blocks or prefix cache). Totals are counters: their names end in _total.
         for kind, field, help in ENGINE_STATS:
             name = f"llmserve_{field}" + ("_total" if kind is Total else "")
-            self.add(kind(name, help, lambda field=field: getattr(engine.stats(), field)))
+            self.add(kind(name, help, functools.partial(_stat, engine, field)))
+
+
+def _stat(engine: Engine, field: str) -> float:
+    """One field of the engine's `EngineStats`, read when /metrics is scraped."""
+    return getattr(engine.stats(), field)
 
 
 ENGINE_STATS = [

@@ -20,10 +20,13 @@ completion objects and streamed chunks, and one error body for every error,
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic.json_schema import models_json_schema
 
 import llmserve_ref
-from llmserve_ref.serving.openai_protocol import ChatCompletionRequest, CompletionRequest
+from llmserve_ref.engine.interface import FinishReason
+from llmserve_ref.serving.openai_requests import ChatCompletionRequest, CompletionRequest
 
 REF = "#/components/schemas/{model}"
 
@@ -56,7 +59,7 @@ GENERATE_ERRORS = ("400", "401", "404", "408", "413", "415", "429", "503")
 
 _NULLABLE_STRING = {"type": ["string", "null"]}
 _TOKEN_COUNT = {"type": "integer", "minimum": 0}
-_TOKEN_LOGPROB = {
+_TOKEN_LOGPROB: dict[str, Any] = {
     "type": "object",
     "properties": {
         "token": {"type": "string"},
@@ -116,7 +119,7 @@ SCHEMAS = {
             )
         },
     },
-    "FinishReason": {"enum": ["stop", "length", "abort"]},
+    "FinishReason": {"enum": [reason.value for reason in FinishReason]},
     "ChatLogprobs": {
         "description": "Each generated token: its text, logprob and UTF-8 bytes, and the "
         "likeliest tokens at its position (as many as `top_logprobs` asked for).",
@@ -276,27 +279,7 @@ def openapi_document(model: str) -> dict:
     )
     for name in ("CompletionRequest", "ChatCompletionRequest"):  # any other model is a 404
         requests["$defs"][name]["properties"]["model"] = {"type": "string", "enum": [model]}
-    models = {
-        "type": "object",
-        "properties": {
-            "object": {"const": "list"},
-            "data": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "id": {"const": model},
-                        "object": {"const": "model"},
-                        "created": {"type": "integer"},
-                        "owned_by": {"type": "string"},
-                        "max_model_len": {"type": "integer", "minimum": 1},
-                    },
-                    "required": ["id", "object", "created", "owned_by"],
-                },
-            },
-        },
-        "required": ["object", "data"],
-    }
+    models = _model_list(model)
     health = {"type": "object", "properties": {"status": {"const": "ok"}}, "required": ["status"]}
     return {
         "openapi": "3.1.0",
@@ -329,4 +312,24 @@ def openapi_document(model: str) -> dict:
             "schemas": {**requests["$defs"], **SCHEMAS},
             "responses": {name: _error(status) for status, (name, _) in ERRORS.items()},
         },
+    }
+
+
+def _model_list(model: str) -> dict:
+    """The schema of ``GET /v1/models``'s answer: a list holding the one model served."""
+    card = {
+        "type": "object",
+        "properties": {
+            "id": {"const": model},
+            "object": {"const": "model"},
+            "created": {"type": "integer"},
+            "owned_by": {"type": "string"},
+            "max_model_len": {"type": "integer", "minimum": 1},
+        },
+        "required": ["id", "object", "created", "owned_by"],
+    }
+    return {
+        "type": "object",
+        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": card}},
+        "required": ["object", "data"],
     }

@@ -1,0 +1,1 @@
+"""Benchmarking a server from outside: the client, its statistics, a harness, a fake server."""

@@ -1,0 +1,388 @@
+"""A benchmark client for OpenAI-compatible streaming endpoints: load, timelines, report.
+
+It sends streamed requests to ``/v1/completions`` or ``/v1/chat/completions`` in
+one of two load shapes:
+
+- **closed loop** (`concurrency`): that many users, each sending its next request
+  when its previous one finished. The server's speed sets the pace.
+- **open loop** (`request_rate`): requests are due at the times of a gamma
+  renewal process (Poisson for ``burstiness=1``, from `llmserve_ref.planning.workload`)
+  and are sent on schedule whether or not earlier ones have finished, unless
+  `max_concurrency` holds them back in the client.
+
+Each request records when it was due, when it was sent and when each chunk with
+text arrived; `llmserve_ref.bench.bench_metrics` turns those timelines into TTFT, TPOT,
+ITL, throughput and goodput. Token counts come from the usage chunk the client
+asks for (``stream_options: {"include_usage": true}``): a chunk may carry
+several tokens or none, so counting chunks is wrong.
+
+It uses `httpx` and parses the Server-Sent Events itself rather than using the
+`openai` client (which is built on httpx too): every ``data:`` line is
+timestamped the moment it is read, nothing is validated into objects on the way,
+and fields a server adds (such as llama.cpp's ``timings``) stay visible.
+
+Prompts are slices of the project's held-out stories, cut to an exact number of
+tokens of the tiny models' tokenizer; against another model the counts are
+close, and the usage chunk reports the true ones. ``ignore_eos: true`` asks the
+server not to stop at its end token (vLLM, SGLang and llama.cpp honour it); a
+server that stops early anyway returns fewer tokens than `max_tokens`, which the
+summary counts as "stopped before max_tokens".
+
+The command ``llmserve-ref bench`` (its flags and its report) is
+`llmserve_ref.bench.bench_cli`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import math
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal, TextIO
+
+import httpx
+import numpy as np
+
+from llmserve_ref.bench.bench_metrics import (
+    Origin,
+    RequestRecord,
+    Summary,
+    summarize,
+)
+from llmserve_ref.model.corpus import heldout_documents
+from llmserve_ref.model.tokenizer import Tokenizer
+from llmserve_ref.model.weights import TARGET_DIR
+from llmserve_ref.planning.slo import SLO
+from llmserve_ref.planning.workload import (
+    Fixed,
+    Lengths,
+    RequestSpec,
+    sample_workload,
+)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to send, where, and in which load shape.
+
+    Give `concurrency` for a closed loop or `request_rate` (requests/s) for an open
+    loop. The run ends after `num_requests` requests or, if `duration` is set,
+    once no new request is due before `duration` seconds (in-flight ones finish).
+    The `warmup` requests go first, all at once, and are not recorded.
+    """
+
+    base_url: str
+    endpoint: Literal["completions", "chat"] = "completions"
+    model: str = "tiny"
+    num_requests: int | None = 100
+    duration: float | None = None
+    concurrency: int | None = None
+    request_rate: float | None = None
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    warmup: int = 0
+    prompt_len: Lengths = field(default_factory=lambda: Fixed(32))
+    output_len: Lengths = field(default_factory=lambda: Fixed(32))
+    ignore_eos: bool = True
+    seed: int = 0
+    timeout: float = 60.0
+    api_key: str | None = None
+    extra_body: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise ValueError("give exactly one of concurrency (closed loop) and request_rate")
+        if self.num_requests is None and self.duration is None:
+            raise ValueError("give num_requests, duration, or both")
+        if self.num_requests is None and self.request_rate == math.inf:
+            raise ValueError("an infinite request rate sends everything at once: give num_requests")
+
+
+@functools.cache
+def _corpus_ids() -> tuple[Tokenizer, np.ndarray]:
+    tokenizer = Tokenizer.from_file(TARGET_DIR)
+    ids = tokenizer.encode(" ".join(heldout_documents(200)))
+    special = {tokenizer.bos_id, tokenizer.eos_id, tokenizer.user_id, tokenizer.assistant_id}
+    return tokenizer, np.array([i for i in ids if i not in special])
+
+
+def make_prompt(num_tokens: int, rng: np.random.Generator) -> str:
+    """A slice of `num_tokens` tokens of held-out story text, from a random place.
+
+    Every request gets a different slice, so a server's prefix cache cannot make
+    the benchmark faster than real traffic would be.
+
+    >>> tokenizer, _ = _corpus_ids()
+    >>> len(tokenizer.encode(make_prompt(50, np.random.default_rng(0))))
+    50
+    """
+    tokenizer, ids = _corpus_ids()
+    start = int(rng.integers(0, len(ids) - num_tokens))
+    return tokenizer.decode(ids[start : start + num_tokens].tolist())
+
+
+def request_specs(config: BenchConfig) -> Iterator[RequestSpec]:
+    """The run's requests in order, as many as asked (unbounded in duration mode)."""
+    rate = math.inf if config.request_rate is None else config.request_rate
+    offset, block = 0.0, 0
+    while True:
+        batch = sample_workload(
+            1024,
+            rate,
+            config.prompt_len,
+            config.output_len,
+            burstiness=config.burstiness,
+            seed=config.seed + block,
+        )
+        for spec in batch:
+            index = block * 1024 + int(spec.request_id)
+            if config.num_requests is not None and index >= config.num_requests:
+                return
+            arrival = offset + spec.arrival_time
+            if config.duration is not None and arrival > config.duration:
+                return
+            yield RequestSpec(str(index), arrival, spec.prompt_len, spec.output_len)
+        offset += batch[-1].arrival_time if math.isfinite(rate) else 0.0
+        block += 1
+
+
+def _payload(config: BenchConfig, prompt: str, max_tokens: int) -> dict:
+    body: dict = {
+        "model": config.model,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if config.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if config.ignore_eos:
+        body["ignore_eos"] = True
+    return {**body, **config.extra_body}
+
+
+# --8<-- [start:request]
+async def _events(response: httpx.Response) -> AsyncIterator[tuple[float, dict]]:
+    """(arrival time, parsed JSON) of each ``data:`` event, until ``[DONE]``."""
+    async for line in response.aiter_lines():
+        now = time.perf_counter()
+        if not line.startswith("data:"):
+            continue  # blank separators, comments (": ping"), event names
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            return
+        yield now, json.loads(data)
+
+
+def _text(event: dict) -> str:
+    choices = event.get("choices") or []
+    if not choices:
+        return ""
+    choice = choices[0]
+    return (choice.get("delta") or {}).get("content") or choice.get("text") or ""
+
+
+async def send_request(
+    client: httpx.AsyncClient,
+    config: BenchConfig,
+    spec: RequestSpec,
+    prompt: str,
+    t0: float,
+    scheduled: float,
+) -> RequestRecord:
+    """Send one streamed request and record its timeline (seconds since `t0`).
+
+    Only chunks with text count as token arrivals: a chat stream's opening chunk,
+    which names the role and carries no text, and the usage chunk do not.
+    Failures are recorded with their message, never raised.
+    """
+    path = "/v1/chat/completions" if config.endpoint == "chat" else "/v1/completions"
+    record = RequestRecord(
+        int(spec.request_id),
+        scheduled,
+        time.perf_counter() - t0,
+        max_tokens=spec.output_len,
+        usage_reported=False,
+    )
+    try:
+        async with client.stream(
+            "POST",
+            path,
+            json=_payload(config, prompt, spec.output_len),
+        ) as response:
+            if response.status_code != 200:
+                body = (await response.aread()).decode(errors="replace")
+                record.error = f"HTTP {response.status_code}: {body[:200]}"
+                return record
+            async for now, event in _events(response):
+                if "error" in event:
+                    record.error = str(event["error"].get("message", event["error"]))
+                    return record
+                if _text(event):
+                    record.chunk_times.append(now - t0)
+                if usage := event.get("usage"):
+                    record.output_tokens = usage["completion_tokens"]
+                    record.prompt_tokens = usage["prompt_tokens"]
+                    record.usage_reported = True
+    except (httpx.HTTPError, json.JSONDecodeError, KeyError) as error:
+        record.error = f"{type(error).__name__}: {error}"
+        return record
+    if not record.usage_reported:
+        record.output_tokens = len(record.chunk_times)
+    if not record.chunk_times:
+        record.error = "no content in the response"
+    return record
+
+
+# --8<-- [end:request]
+
+
+class Progress:
+    """A one-line progress bar on a stream (stderr by default), redrawn at most 10 times a second.
+
+    >>> import io
+    >>> out = io.StringIO()
+    >>> bar = Progress(4, out)
+    >>> bar.advance(); bar.advance(); bar.close()
+    >>> out.getvalue().split("\\r")[-1]
+    'bench [##########----------] 2/4 requests ... s\\n'
+    """
+
+    def __init__(self, total: int | None, stream: TextIO | None = None) -> None:
+        self.total, self.stream = total, stream or sys.stderr
+        self.done, self.start, self.drawn = 0, time.perf_counter(), 0.0
+
+    def advance(self) -> None:
+        self.done += 1
+        if time.perf_counter() - self.drawn > 0.1:
+            self.draw()
+
+    def draw(self) -> None:
+        self.drawn = time.perf_counter()
+        elapsed = self.drawn - self.start
+        if self.total:
+            filled = round(20 * self.done / self.total)
+            bar = f"[{'#' * filled}{'-' * (20 - filled)}] {self.done}/{self.total}"
+        else:
+            bar = f"{self.done}"
+        self.stream.write(f"\rbench {bar} requests {elapsed:.1f} s")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.draw()
+        self.stream.write("\n")
+
+
+# Send one request (its spec, its prompt, when it was due) and record it.
+Send = Callable[[RequestSpec, str, float], Awaitable[RequestRecord]]
+
+
+def prompted_specs(config: BenchConfig) -> Iterator[tuple[RequestSpec, str]]:
+    """The run's requests in order, each with its prompt, drawn from `seed`."""
+    rng = np.random.default_rng(config.seed)
+    return ((spec, make_prompt(spec.prompt_len, rng)) for spec in request_specs(config))
+
+
+def warmup_requests(config: BenchConfig) -> list[tuple[RequestSpec, str]]:
+    """The `warmup` requests: short, with prompts of their own seed, never recorded."""
+    rng = np.random.default_rng([config.seed, 1])
+    return [(RequestSpec(f"{i}", 0.0, 16, 8), make_prompt(16, rng)) for i in range(config.warmup)]
+
+
+def http_client(config: BenchConfig) -> httpx.AsyncClient:
+    """An HTTP client for the server: no cap on connections (the load shape is the only
+    limit), the API key if there is one, and `base_url` with or without its ``/v1``."""
+    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    root = config.base_url.rstrip("/").removesuffix("/v1")  # OpenAI clients' style works too
+    return httpx.AsyncClient(base_url=root, headers=headers, limits=limits, timeout=config.timeout)
+
+
+# --8<-- [start:run]
+@dataclass
+class BenchResult:
+    """Every recorded request of a run, and how long the run took."""
+
+    config: BenchConfig
+    records: list[RequestRecord]
+    duration: float
+
+    def summary(self, slo: SLO | None = None, origin: Origin = "sent") -> Summary:
+        return summarize(self.records, self.duration, slo, origin)
+
+
+async def closed_loop(
+    config: BenchConfig, specs: Iterator[tuple[RequestSpec, str]], send: Send, t0: float
+) -> list[RequestRecord]:
+    """`concurrency` users sharing one queue of requests, each sending its next request
+    when its previous one finished (and none after `duration`), in request order."""
+
+    async def user() -> list[RequestRecord]:
+        mine = []
+        for spec, prompt in specs:
+            if config.duration is not None and time.perf_counter() - t0 > config.duration:
+                break
+            mine.append(await send(spec, prompt, time.perf_counter() - t0))
+        return mine
+
+    users = config.concurrency or 1
+    per_user = await asyncio.gather(*(user() for _ in range(users)))
+    return sorted((r for rs in per_user for r in rs), key=lambda r: r.index)
+
+
+async def open_loop(
+    config: BenchConfig, specs: Iterator[tuple[RequestSpec, str]], send: Send, t0: float
+) -> list[RequestRecord]:
+    """Each request sent when it is due, whether or not earlier ones have finished,
+    unless `max_concurrency` holds it back in the client until a slot frees up."""
+    gate = asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else None
+
+    async def due(spec: RequestSpec, prompt: str) -> RequestRecord:
+        if gate is None:
+            return await send(spec, prompt, spec.arrival_time)
+        async with gate:
+            return await send(spec, prompt, spec.arrival_time)
+
+    tasks = []
+    for spec, prompt in specs:
+        await asyncio.sleep(max(0.0, t0 + spec.arrival_time - time.perf_counter()))
+        tasks.append(asyncio.create_task(due(spec, prompt)))
+    return list(await asyncio.gather(*tasks))
+
+
+async def run_async(config: BenchConfig, progress: Progress | None = None) -> BenchResult:
+    """Run the benchmark on the current event loop: the warm-up, unrecorded, then the
+    load, timed from when the warm-up has finished."""
+    async with http_client(config) as client:
+        warmup = warmup_requests(config)
+        await asyncio.gather(
+            *(send_request(client, config, s, p, time.perf_counter(), 0.0) for s, p in warmup)
+        )
+        t0 = time.perf_counter()
+
+        async def send(spec: RequestSpec, prompt: str, scheduled: float) -> RequestRecord:
+            record = await send_request(client, config, spec, prompt, t0, scheduled)
+            if progress:
+                progress.advance()
+            return record
+
+        load = closed_loop if config.concurrency is not None else open_loop
+        records = await load(config, prompted_specs(config), send, t0)
+        duration = time.perf_counter() - t0
+    if progress:
+        progress.close()
+    return BenchResult(config, records, duration)
+
+
+def run(config: BenchConfig, progress: bool = False) -> BenchResult:
+    """Run the benchmark in a fresh event loop; `progress` draws a bar on stderr."""
+    bar = Progress(config.num_requests if config.duration is None else None) if progress else None
+    return asyncio.run(run_async(config, bar))
+
+
+# --8<-- [end:run]

@@ -1,0 +1,145 @@
+"""Benchmark several servers side by side: servers × loads × runs, fresh prompts every run.
+
+A benchmark of two servers on one machine says something only as a comparison measured in
+one session, and only if neither server is helped by what an earlier run left behind. So a
+harness run measures every server at every load `runs` times, one server at a time (an idle
+server beside a busy one costs it little, a busy one a lot), alternating servers at each
+load, and gives every run a seed of its own: no run sends a prompt an earlier run sent, and
+no prefix cache turns a repeated prompt into a cache hit. Each point is reported as
+min-median-max over its runs, beside the ratio of medians.
+
+The client is a function, so that any benchmark client can drive it: `our_client` is this
+project's (`llmserve_ref.bench.bench_client`); the engines page wraps `vllm bench serve`.
+
+>>> from llmserve_ref.bench.fake_server import FakeConfig, serve_fake
+>>> with serve_fake(FakeConfig(ttft=0.01, itl=0.002)) as url:
+...     grid = run_grid({"a": url, "b": url}, our_client(num_requests=lambda users: 4),
+...                     users=(1, 2), runs=2)
+>>> sorted(grid), [len(points) for points in grid.values()]
+([('a', 1), ('a', 2), ('b', 1), ('b', 2)], [2, 2, 2, 2])
+>>> len({p.seed for points in grid.values() for p in points})  # a seed per run
+8
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from llmserve_ref.bench.bench_client import BenchConfig, run
+from llmserve_ref.planning.workload import Fixed
+
+
+@dataclass(frozen=True)
+class Point:
+    """What one client measured in one run on one server."""
+
+    seed: int
+    completed: int
+    failed: int
+    output_lens: tuple[int, ...]  # per successful request, as the server's usage reported it
+    output_throughput: float  # output tokens per second
+    ttft_ms: float  # medians over the run's requests
+    tpot_ms: float
+    errors: tuple[str, ...] = ()  # the failed requests' messages, each once
+
+
+# (base URL, concurrent users, seed) -> one run's point
+Client = Callable[[str, int, int], Point]
+
+
+# --8<-- [start:grid]
+def run_grid(
+    servers: Mapping[str, str], client: Client, users: Sequence[int], runs: int = 3
+) -> dict[tuple[str, int], list[Point]]:
+    """Every server at every load, `runs` times, each run with a seed no other run has.
+
+    The order is repetition, then load, then server: each load is measured on every server
+    before the next load starts, and every point's runs are spread over the whole session.
+    """
+    grid: dict[tuple[str, int], list[Point]] = {(s, u): [] for u in users for s in servers}
+    seed = 0
+    for _ in range(runs):
+        for concurrency in users:
+            for name, base_url in servers.items():
+                seed += 1
+                grid[name, concurrency].append(client(base_url, concurrency, seed))
+    return grid
+
+
+# --8<-- [end:grid]
+
+
+def our_client(
+    num_requests: Callable[[int], int] = lambda users: max(32, 4 * users),
+    prompt_len: int = 32,
+    output_len: int = 32,
+    warmup: int = 2,
+) -> Client:
+    """`llmserve-ref bench` as a harness client: a closed loop, ``ignore_eos``, greedy."""
+
+    def measure(base_url: str, users: int, seed: int) -> Point:
+        config = BenchConfig(
+            base_url,
+            concurrency=users,
+            num_requests=num_requests(users),
+            warmup=warmup,
+            prompt_len=Fixed(prompt_len),
+            output_len=Fixed(output_len),
+            seed=seed,
+            extra_body={"temperature": 0},
+        )
+        result = run(config)
+        s = result.summary()
+        lens = tuple(r.output_tokens for r in result.records if r.ok)
+        ttft, tpot = s.ttft.median * 1e3, s.tpot.median * 1e3
+        errors = tuple(dict.fromkeys(r.error for r in result.records if r.error))
+        return Point(seed, s.completed, s.failed, lens, s.output_throughput, ttft, tpot, errors)
+
+    return measure
+
+
+def spread(values: Sequence[float], digits: int = 0) -> str:
+    """min-median-max, as the table prints it.
+
+    >>> spread([3.0, 1.0, 2.0])
+    '1-2-3'
+    """
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return "-".join(f"{v:.{digits}f}" for v in (low, mid, high))
+
+
+def median_ratio(
+    grid: Mapping[tuple[str, int], list[Point]], what: str, ours: str, theirs: str, users: int
+) -> float:
+    """median(`what` of `ours`) / median(`what` of `theirs`) at `users`."""
+    mine = statistics.median(getattr(p, what) for p in grid[ours, users])
+    other = statistics.median(getattr(p, what) for p in grid[theirs, users])
+    return mine / other
+
+
+def table(grid: Mapping[tuple[str, int], list[Point]], ours: str, theirs: str) -> str:
+    """Per load: each server's output tok/s, TTFT and TPOT as min-median-max, and the ratio
+    of medians ours/theirs."""
+    users = sorted({u for _, u in grid})
+    rows = [("users", "server", "output tok/s", "TTFT ms", "TPOT ms", "ours/theirs tok/s")]
+    for u in users:
+        for name in (theirs, ours):
+            points = grid[name, u]
+            ratio = f"{median_ratio(grid, 'output_throughput', ours, theirs, u):.2f}"
+            rows.append(
+                (
+                    str(u),
+                    name,
+                    spread([p.output_throughput for p in points]),
+                    spread([p.ttft_ms for p in points], 1),
+                    spread([p.tpot_ms for p in points], 2),
+                    ratio if name == ours else "",
+                )
+            )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )

@@ -1,0 +1,48 @@
+"""The benchmark harness: every server at every load, run after run, each run on fresh prompts."""
+
+from __future__ import annotations
+
+from llmserve_ref.bench.bench_client import BenchConfig, prompted_specs
+from llmserve_ref.bench.bench_harness import Point, median_ratio, run_grid, spread, table
+
+
+def point(seed: int, throughput: float) -> Point:
+    return Point(seed, 4, 0, (32,) * 4, throughput, 10.0, 2.0)
+
+
+def test_runs_alternate_servers_at_each_load_and_never_share_a_seed():
+    calls = []
+
+    def client(base_url: str, users: int, seed: int) -> Point:
+        calls.append((base_url, users, seed))
+        return point(seed, 100.0)
+
+    grid = run_grid({"a": "A", "b": "B"}, client, users=(1, 8), runs=3)
+    assert [(url, users) for url, users, _ in calls[:4]] == [("A", 1), ("B", 1), ("A", 8), ("B", 8)]
+    assert calls[4:8] == [(u, n, s + 4) for u, n, s in calls[:4]]  # the next repetition
+    seeds = [seed for _, _, seed in calls]
+    assert len(seeds) == 12 == len(set(seeds))
+    assert {key: len(points) for key, points in grid.items()} == dict.fromkeys(grid, 3)
+
+
+def test_a_fresh_seed_is_a_fresh_set_of_prompts():
+    """What makes the harness's runs fresh: our client's prompts depend on the seed."""
+    config = BenchConfig("http://x", concurrency=1, num_requests=8)
+    prompts = [
+        {text for _, text in prompted_specs(BenchConfig(**{**vars(config), "seed": seed}))}
+        for seed in range(1, 13)
+    ]
+    assert all(len(p) == 8 for p in prompts)  # no prompt twice within a run
+    assert all(a.isdisjoint(b) for i, a in enumerate(prompts) for b in prompts[i + 1 :])
+
+
+def test_the_table_gives_min_median_max_and_the_ratio_of_medians():
+    grid = {
+        ("vLLM", 16): [point(1, 100.0), point(3, 300.0), point(5, 200.0)],
+        ("ours", 16): [point(2, 150.0), point(4, 100.0), point(6, 400.0)],
+    }
+    assert spread([p.output_throughput for p in grid["vLLM", 16]]) == "100-200-300"
+    assert median_ratio(grid, "output_throughput", "ours", "vLLM", 16) == 0.75
+    lines = table(grid, ours="ours", theirs="vLLM").splitlines()
+    assert lines[1].split()[:3] == ["16", "vLLM", "100-200-300"]
+    assert lines[2].split()[:3] == ["16", "ours", "100-150-400"] and lines[2].endswith("0.75")

@@ -1,0 +1,38 @@
+"""The model runner: one packed pass gives each sequence the logits it gets alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llmserve_ref.engine.model_runner import ModelRunner
+from llmserve_ref.engine.paged_batch import Chunk
+
+
+def test_a_packed_step_gives_each_sequence_its_own_logits(tiny_llama):
+    model = tiny_llama()
+    runner = ModelRunner(model, num_blocks=16, block_size=4)
+    a, b = [3, 1, 4, 1, 5, 9], [2, 7, 1]
+    with torch.inference_mode():
+        alone = [model(torch.tensor([p]))[0, -1] for p in (a, b)]
+        runner.forward([Chunk(a[:5], 0, [0, 1], samples=False)])  # a's prompt, all but one
+        logits = runner.forward(
+            [Chunk(a[5:], 5, [0, 1], samples=True), Chunk(b, 0, [2], samples=True)]
+        )
+    assert logits.dtype == torch.float32 and logits.shape == (2, model.config.vocab_size)
+    torch.testing.assert_close(logits[0], alone[0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logits[1], alone[1], atol=1e-4, rtol=1e-4)
+
+
+def test_decode_chunks_must_come_first(tiny_llama):
+    runner = ModelRunner(tiny_llama(), num_blocks=4, block_size=4)
+    with pytest.raises(ValueError, match="decode chunk"):
+        runner.forward([Chunk([1, 2], 0, [0], True), Chunk([3], 2, [1], True)])
+
+
+def test_copy_on_write_copies_are_made_before_the_step(tiny_llama):
+    runner = ModelRunner(tiny_llama(), num_blocks=4, block_size=4)
+    runner.forward([Chunk([1, 2, 3], 0, [0], samples=True)])
+    before = runner.storage.keys(0)[0].clone()
+    runner.forward([Chunk([4], 3, [1], samples=True)], blocks_to_copy=[(0, 1)])
+    assert torch.equal(runner.storage.keys(0)[1][:3], before[:3])  # copied, then written at 3

@@ -1,0 +1,48 @@
+"""One step's batch: where each packed token sits, which slot it writes, who samples."""
+
+from __future__ import annotations
+
+import torch
+
+from llmserve_ref.engine.kv_storage import KVStorage
+from llmserve_ref.engine.paged_batch import Chunk, PagedBatch
+from llmserve_ref.kernels.flash_attention import sdpa_attention
+from llmserve_ref.model.llama_config import ModelConfig
+
+CONFIG = ModelConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2)
+
+
+def storage(num_blocks: int = 8, block_size: int = 4) -> KVStorage:
+    return KVStorage.for_model(CONFIG, num_blocks=num_blocks, block_size=block_size)
+
+
+def test_positions_slots_and_logit_rows_of_a_mixed_batch():
+    chunks = [
+        Chunk([9], start=5, block_table=[3, 1], samples=True),  # decode at position 5
+        Chunk([5, 6, 7], start=0, block_table=[2], samples=True),  # a whole 3-token prompt
+        Chunk([1, 2], start=4, block_table=[0, 4], samples=False),  # a prompt chunk mid-way
+    ]
+    batch = PagedBatch(chunks, storage())
+    assert batch.input_ids.tolist() == [[9, 5, 6, 7, 1, 2]]
+    assert batch.positions(6).tolist() == [5, 0, 1, 2, 4, 5]
+    # position p of a sequence sits in slot table[p // 4] * 4 + p % 4
+    assert batch.slot_mapping.tolist() == [1 * 4 + 1, 8, 9, 10, 4 * 4 + 0, 4 * 4 + 1]
+    assert batch.seq_lens.tolist() == [6, 3, 6]
+    assert batch.logits_indices.tolist() == [0, 3]  # the chunk that does not sample has none
+
+
+def test_attend_writes_keys_and_values_then_attends_causally_over_the_sequence():
+    torch.manual_seed(0)
+    kv = storage(num_blocks=4, block_size=2)
+    heads, kv_heads, d = 4, 2, CONFIG.head_dim
+    batch = PagedBatch([Chunk([1, 2, 3], start=0, block_table=[3, 0], samples=True)], kv)
+    q, k, v = (
+        torch.randn(1, heads, 3, d),
+        torch.randn(1, kv_heads, 3, d),
+        torch.randn(1, kv_heads, 3, d),
+    )
+    out = batch.attend(0, q, k, v, batch.positions(3))
+    assert torch.equal(kv.keys(0)[3], k[0, :, :2].transpose(0, 1))  # positions 0, 1 in block 3
+    assert torch.equal(kv.values(0)[0][0], v[0, :, 2])  # position 2 in block 0, slot 0
+    expected, _ = sdpa_attention(q, k, v, causal=True)
+    torch.testing.assert_close(out, expected.to(out.dtype), atol=1e-5, rtol=1e-5)

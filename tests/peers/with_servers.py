@@ -1,0 +1,75 @@
+"""Run a command while vLLM and llmserve-ref serve the tiny model; stop both after it.
+
+    python tests/peers/with_servers.py pytest tests/peers \
+        docs/stage-9/running-a-serving-engine.md
+
+This is what `nox -s engines` runs. Both servers start once, with the flags of the launch
+commands on the page (`servers.knobs`): vLLM's CPU build in float32 on a copy of the model,
+and ``llmserve-ref serve``. The command then runs with the environment that says where
+they are (`servers.page_env`):
+
+    VLLM_BASE_URL, LLMSERVE_BASE_URL   the servers' OpenAI base URLs (http://127.0.0.1:PORT/v1)
+    VLLM_LOG, LLMSERVE_LOG             their logs, which hold the startup lines
+    LLAMA_CPP_BASE_URL, LLAMA_CPP_LOG  the same for llama.cpp on our GGUF export, where
+                                       llama-cpp-python is installed (the engines session)
+    LLMSERVE_ENGINES=1                 the page's vLLM blocks run instead of skipping
+
+The page reads the same variables, with a reader's defaults (ports 8000 and 8001), and
+tests/peers/conftest.py hands these servers to the tests instead of starting its own.
+Exits with the command's status; a server that does not start is a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import servers  # this file runs as a script, beside servers.py
+
+
+def main(command: list[str]) -> int:
+    if not command:
+        sys.exit(__doc__)
+    with contextlib.ExitStack() as up:
+        root = Path(up.enter_context(tempfile.TemporaryDirectory(prefix="llmserve-engines-")))
+        # A copy of the model, so that nothing vLLM writes lands in the package.
+        model_dir = Path(shutil.copytree(servers.MODEL_DIR, root / "tiny"))
+        started = time.monotonic()
+        vllm = up.enter_context(
+            servers.vllm_server(
+                model_dir,
+                root,
+                kv_cache_memory_bytes=servers.KV_CACHE_MEMORY_BYTES,
+                block_size=servers.BLOCK_SIZE,
+            )
+        )
+        ours = up.enter_context(
+            servers.our_server(
+                root,
+                kv_cache_memory_bytes=servers.KV_CACHE_MEMORY_BYTES,
+                block_size=servers.BLOCK_SIZE,
+            )
+        )
+        running = [vllm, ours]
+        if servers.HAVE_LLAMA_CPP:  # the engines session installs it; its tests skip without
+            running.append(up.enter_context(servers.llama_cpp_server(model_dir, root)))
+        for server in running:
+            print(
+                f"{server.name} ready after {server.ready_after:.0f} s at {server.base_url}: "
+                f"{' '.join(server.command)}",
+                flush=True,
+            )
+        print(f"servers up after {time.monotonic() - started:.0f} s", flush=True)
+        # vLLM's environment (offline, no usage stats): vLLM's client runs in the command.
+        env = {**servers.vllm_env(), **servers.page_env(*running)}
+        return subprocess.run(command, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
