@@ -9,7 +9,7 @@ The tests check the recomputation against the model: the recomputed weights, app
 the values and projected by ``o_proj``, give back the module's own output.
 
 >>> import torch
->>> from llmserve_ref.model.llama import Attention, Llama
+>>> from llmserve_ref.model.llama import Llama
 >>> from llmserve_ref.model.llama_config import ModelConfig
 >>> _ = torch.manual_seed(0)
 >>> model = Llama(ModelConfig(vocab_size=16, hidden_size=16, intermediate_size=32,
@@ -32,12 +32,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import cast
 
 import torch
-from torch import nn
 
-from llmserve_ref.model.llama import Attention, Llama
+from llmserve_ref.model.llama import Llama
 
 
 # --8<-- [start:qkv]
@@ -55,12 +53,12 @@ class QKV:
 @torch.inference_mode()
 def capture_qkv(model: Llama, input_ids: torch.Tensor, layer: int) -> QKV:
     """Run `model` on `input_ids` (``[batch, T]``) and return layer `layer`'s q, k, v."""
-    layers = cast(nn.ModuleList, model.model["layers"])
+    layers = model.decoder_layers
     if not 0 <= layer < len(layers):
         raise ValueError(f"layer must be in 0..{len(layers) - 1} for this model, got {layer}")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [batch, T], got shape {tuple(input_ids.shape)}")
-    attn = cast(Attention, layers[layer].self_attn)
+    attn = layers[layer].self_attn
     seen: dict = {}
     handles = [
         attn.register_forward_pre_hook(lambda module, args: seen.update(args=args)),

@@ -256,6 +256,11 @@ class Llama(nn.Module):
     def dtype(self) -> torch.dtype:  # the weights', which the KV cache takes too
         return self.lm_head.weight.dtype
 
+    @property
+    def decoder_layers(self) -> list[DecoderLayer]:
+        """The decoder layers, in order (Hugging Face's ``model.layers``)."""
+        return cast(list[DecoderLayer], list(cast(nn.ModuleList, self.model["layers"])))
+
     def num_parameters(self) -> int:
         """Distinct parameters (a tied embedding counts once)."""
         return sum(p.numel() for p in self.parameters())
@@ -300,7 +305,7 @@ class Llama(nn.Module):
         else:
             positions = torch.arange(T, device=input_ids.device)
         x = self.model["embed_tokens"](input_ids)
-        for i, block in enumerate(cast(nn.ModuleList, self.model["layers"])):
+        for i, block in enumerate(self.decoder_layers):
             x = block(x, self.rope, positions, cache, i)
         return self.model["norm"](x)
 
