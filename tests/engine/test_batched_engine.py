@@ -13,6 +13,7 @@ import os
 import httpx
 import pytest
 from openai import OpenAI
+from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import wait_until
 from llmserve_ref.device import get_device
@@ -111,19 +112,21 @@ def test_a_stop_string_frees_the_requests_blocks_at_once(server, client):
 
 def test_the_engines_counts_reach_metrics(server, client):
     client.completions.create(model="tiny", prompt="Once", max_tokens=2)
-    text = httpx.get(f"{server.url}/metrics").text
-    values = {
-        line.split()[0]: float(line.split()[1])
-        for line in text.splitlines()
-        if line and not line.startswith("#")
+    families = {
+        f.name: f for f in text_string_to_metric_families(httpx.get(f"{server.url}/metrics").text)
     }
-    assert values["llmserve_kv_blocks_total"] == server.engine.num_blocks == 2048
-    assert values["llmserve_steps_total"] >= 2 and values["llmserve_scheduled_tokens_total"] > 0
+    values = {s.name: s.value for f in families.values() for s in f.samples if "le" not in s.labels}
+    (info,) = families["llmserve:cache_config_info"].samples
+    assert int(info.labels["num_gpu_blocks"]) == server.engine.num_blocks == 2048
+    assert int(info.labels["block_size"]) == 16 and info.labels["enable_prefix_caching"] == "True"
+    steps = server.engine.stats()
+    assert values["llmserve:iteration_tokens_total_count"] == steps.steps >= 2
+    assert values["llmserve:iteration_tokens_total_sum"] == steps.scheduled_tokens > 0
     for name in (
-        "llmserve_prefix_cache_queries_total",
-        "llmserve_prefix_cache_hits_total",
-        "llmserve_preemptions_total",
-        "llmserve_kv_blocks_used",
+        "llmserve:prefix_cache_queries_total",
+        "llmserve:prefix_cache_hits_total",
+        "llmserve:num_preemptions_total",
+        "llmserve:kv_cache_usage_perc",
     ):
         assert name in values
 

@@ -65,6 +65,16 @@ def test_render_is_the_jinja_template(hf, tokenizer, messages, add_generation_pr
     assert render_ids(messages, tokenizer, add_generation_prompt) == expected
 
 
+@pytest.mark.parametrize("messages", CONVERSATIONS)
+def test_continuing_the_final_message_is_what_transformers_renders(hf, tokenizer, messages):
+    partial = [*messages, {"role": "assistant", "content": "Once upon"}]
+    text = hf.apply_chat_template(partial, tokenize=False, continue_final_message=True)
+    assert render(partial, False, continue_final_message=True) == text
+    assert text.endswith("<|assistant|>Once upon")
+    expected = hf(text, add_special_tokens=False).input_ids
+    assert render_ids(partial, tokenizer, False, continue_final_message=True) == expected
+
+
 def test_system_messages_go_in_front_of_the_first_user_message():
     assert render(CONVERSATIONS[2]) == (
         "<|bos|><|user|>Be kind.\n\nShort stories only.\n\nTell me a story about Zoé."

@@ -66,6 +66,26 @@ def test_a_system_message_is_rendered_alike(messages, greedy, vllm, ours):
     print(f"\n{messages[0]['content']!r} -> {mine['choices'][0]['message']['content']!r}")
 
 
+def test_a_final_message_is_continued_alike(greedy, vllm, ours):
+    """vLLM's ``continue_final_message``: the last (assistant) message left open, the reply
+    its continuation."""
+    messages = [*SYSTEM_CHATS[0][:2], {"role": "assistant", "content": "Once upon a"}]
+    prompt_ids = render_ids(messages, tokenizer, False, continue_final_message=True)
+    body = {"model": servers.MODEL_NAME, "messages": messages, "max_tokens": MAX_TOKENS,
+            "temperature": 0, "add_generation_prompt": False,
+            "continue_final_message": True}  # fmt: skip
+    theirs = chat(vllm, {**body, "return_token_ids": True})
+    assert theirs.status_code == 200, theirs.text[:500]
+    theirs = theirs.json()
+    assert theirs["prompt_token_ids"] == prompt_ids
+    assert theirs["choices"][0]["token_ids"] == greedy(prompt_ids, MAX_TOKENS)
+    mine = chat(ours, body)
+    assert mine.status_code == 200, mine.text[:500]
+    mine = mine.json()
+    assert mine["usage"]["prompt_tokens"] == len(prompt_ids)
+    assert mine["choices"][0]["message"]["content"] == theirs["choices"][0]["message"]["content"]
+
+
 def test_a_system_message_after_the_first_turn_is_refused_by_both(vllm, ours):
     messages = [
         {"role": "user", "content": "Tell me a story."},

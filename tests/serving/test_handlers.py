@@ -310,7 +310,7 @@ def test_the_official_client_raises_on_errors(client):
 
 def test_a_client_that_disconnects_mid_stream_cancels_its_generation(server):
     engine, metrics = server.engine, server.metrics
-    cancelled = metrics.cancelled.value()
+    cancelled = metrics.success.value(finished_reason="abort")
     body = {"model": "tiny", "prompt": "Once", "max_tokens": 200, "stream": True}
     with httpx.stream("POST", f"{server.url}/v1/completions", json=body) as response:
         lines = response.iter_lines()
@@ -319,7 +319,7 @@ def test_a_client_that_disconnects_mid_stream_cancels_its_generation(server):
         assert engine.stats().running == 1 and engine.stats().kv_cache_bytes > 0
     wait_until(lambda: engine.stats().running == 0)
     assert engine.stats().kv_cache_bytes == 0
-    wait_until(lambda: metrics.cancelled.value() == cancelled + 1)
+    wait_until(lambda: metrics.success.value(finished_reason="abort") == cancelled + 1)
     steps = engine.stats().steps
     time.sleep(0.3)
     assert engine.stats().steps == steps

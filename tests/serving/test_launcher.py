@@ -50,7 +50,8 @@ def test_a_signal_shuts_down_gracefully_and_exits_zero(sig, grace, reasons):
         announce = process.stdout.readline()
         assert announce.startswith("llmserve-ref: serving tiny at http://127.0.0.1:"), announce
         base_url = announce.split(" at ")[1].strip()
-        body = {"model": "tiny", "prompt": "Once", "max_tokens": 120, "stream": True}
+        body = {"model": "tiny", "prompt": "Once", "max_tokens": 120, "stream": True, "seed": 0}
+        body["ignore_eos"] = True  # so only the signal or the length can end it
         with httpx.stream("POST", f"{base_url}/completions", json=body, timeout=60) as response:
             lines = (line for line in response.iter_lines() if line)
             next(lines)

@@ -35,21 +35,43 @@ def test_metrics_parse_as_prometheus_text_and_count_exactly_what_happened(server
         key = (name, tuple(sorted(labels.items())))
         return after[key] - before.get(key, 0)
 
-    assert families["llmserve_requests"].type == "counter"
-    for status in ("200", "400"):
-        assert delta("llmserve_requests_total", endpoint="/v1/completions", status=status) == 1
+    model = {"engine": "0", "model_name": "tiny"}  # on the engine's series, as vLLM labels them
+    assert families["http_requests"].type == "counter"
+    for status in ("2xx", "4xx"):  # grouped by class, as vLLM's instrumentator does
+        labels = {"handler": "/v1/completions", "method": "POST", "status": status}
+        assert delta("http_requests_total", **labels) == 1  # the HTTP server's: no model
     tokens = reply.usage.completion_tokens
-    assert delta("llmserve_prompt_tokens_total") == reply.usage.prompt_tokens
-    assert delta("llmserve_generation_tokens_total") == tokens
+    assert delta("llmserve:prompt_tokens_total", **model) == reply.usage.prompt_tokens
+    assert delta("llmserve:generation_tokens_total", **model) == tokens
+    assert delta("llmserve:request_success_total", finished_reason="length", **model) == 1
+    for reason in ("stop", "length", "abort"):  # each shown from the start, as in vLLM
+        labels = tuple(sorted({"finished_reason": reason, **model}.items()))
+        assert ("llmserve:request_success_total", labels) in after
     for name, observed in (
-        ("llmserve_time_to_first_token_seconds", 1),  # one request: one first token
-        ("llmserve_inter_token_latency_seconds", tokens - 1),  # the gaps between its tokens
+        ("llmserve:time_to_first_token_seconds", 1),  # one request: one first token
+        ("llmserve:inter_token_latency_seconds", tokens - 1),  # the gaps between its tokens
+        ("llmserve:e2e_request_latency_seconds", 1),
+        ("llmserve:request_queue_time_seconds", 1),
+        ("llmserve:request_generation_tokens", 1),
     ):
         assert families[name].type == "histogram"
-        assert delta(f"{name}_count") == observed
+        assert delta(f"{name}_count", **model) == observed
+    assert delta("llmserve:request_generation_tokens_sum", **model) == tokens
     for name in (
-        "llmserve_requests_running",
-        "llmserve_requests_waiting",
-        "llmserve_kv_cache_bytes",
+        "llmserve:num_requests_running",
+        "llmserve:num_requests_waiting",
+        "llmserve:kv_cache_usage_perc",
+        "llmserve:cache_config_info",
     ):
         assert families[name].type == "gauge"
+
+
+def test_counters_and_buckets_are_written_as_prometheus_client_writes_them(server):
+    """Names and edges a query written against vLLM finds: ``_total`` on a counter's
+    HELP and TYPE lines, and ``le="1.0"``, not ``le="1"``."""
+    text = httpx.get(f"{server.url}/metrics").text
+    assert "# TYPE llmserve:generation_tokens_total counter" in text.splitlines()
+    buckets = [line for line in text.splitlines()
+               if line.startswith("llmserve:request_prompt_tokens_bucket")]  # fmt: skip
+    assert buckets and all('le="' in b for b in buckets)
+    assert 'le="1.0"' in buckets[0] and not any('le="1"' in b for b in buckets)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from llmserve_ref.serving.chat_requests import ChatCompletionRequest
 from llmserve_ref.serving.errors import OpenAIError
 from llmserve_ref.serving.openai_parsing import UNSUPPORTED, parse
-from llmserve_ref.serving.openai_requests import ChatCompletionRequest, CompletionRequest
+from llmserve_ref.serving.openai_requests import CompletionRequest
 
 CHAT = b'{"model": "tiny", "messages": [{"role": "user", "content": "Hi"}]'
 

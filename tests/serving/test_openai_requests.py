@@ -15,12 +15,9 @@ import httpx
 import pytest
 
 from llmserve_ref.model.sampling import SamplingParams
+from llmserve_ref.serving.chat_requests import ChatCompletionRequest
 from llmserve_ref.serving.openai_parsing import parse
-from llmserve_ref.serving.openai_requests import (
-    SAMPLER_FIELDS,
-    ChatCompletionRequest,
-    CompletionRequest,
-)
+from llmserve_ref.serving.openai_requests import SAMPLER_FIELDS, CompletionRequest
 
 STORY = [{"role": "user", "content": "Tell me a story about a fox."}]
 PROMPT = "Once upon a time,"

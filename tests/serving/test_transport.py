@@ -7,14 +7,21 @@ import time
 
 import httpx
 import pytest
+import uvicorn
 
 from llmserve_ref.serving.transport import (
+    UVICORN_INTERNALS,
     GracefulServer,
     bind,
+    http_protocols,
     run_in_thread,
     url_of,
     uvicorn_config,
 )
+
+# Both of uvicorn's HTTP/1.1 protocols: h11, the server's, and httptools (what
+# uvicorn[standard] adds; in the tests extra, for these tests and benchmarks/engine.py).
+PROTOCOLS = ["h11", "httptools"]
 
 
 def test_the_server_turns_nagles_algorithm_off_on_every_connection():
@@ -50,8 +57,9 @@ def test_any_app_runs_on_a_thread_and_the_shutdown_hook_runs_once_on_exit():
     assert shut == ["drained"]
 
 
-def test_headers_that_never_complete_are_cut_off_after_the_timeout():
-    config = uvicorn_config(hello, header_timeout_s=0.2, shutdown_grace=0.0, log_level="warning")
+@pytest.mark.parametrize("http", PROTOCOLS)
+def test_headers_that_never_complete_are_cut_off_after_the_timeout(http):
+    config = uvicorn_config(hello, 0.2, shutdown_grace=0.0, log_level="warning", http=http)
     with run_in_thread(GracefulServer(config)) as url:
         host, port = url.removeprefix("http://").split(":")
         slow = socket.create_connection((host, int(port)))
@@ -62,6 +70,57 @@ def test_headers_that_never_complete_are_cut_off_after_the_timeout():
         assert 0.2 <= time.monotonic() - started < 5
         slow.close()
         assert httpx.get(url).text == "hello"  # and it goes on serving
+
+
+@pytest.mark.parametrize("http", PROTOCOLS)
+def test_uvicorn_still_has_what_the_header_timeout_reads(http):
+    """`HeaderTimeout` reads uvicorn's internals, not its API: on a live connection of each
+    protocol, every one of them is where it expects, or this names what moved."""
+    config = uvicorn_config(hello, 5.0, shutdown_grace=0.0, log_level="warning", http=http)
+    connections: list = []
+
+    class Recording(config.http):  # type: ignore[misc,name-defined]
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            connections.append(self)
+
+    config.http = Recording
+    with run_in_thread(GracefulServer(config)) as url, httpx.Client() as client:
+        assert client.get(url).text == "hello"
+        (protocol,) = connections
+        where = f"uvicorn {uvicorn.__version__}'s {http_protocols()[http].__name__}"
+        missing = [name for name in UVICORN_INTERNALS if not hasattr(protocol, name)]
+        assert not missing, f"{where} no longer has {missing}, which HeaderTimeout reads"
+        assert protocol.cycle.response_complete is True, f"{where}: the cycle moved"
+        assert client.get(url).text == "hello"  # the same connection, armed again
+
+
+def header_answer(url: str, size: int) -> bytes:
+    """The status line a server answers a request whose one header is `size` bytes with."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * size + b"\r\n\r\n")
+        return client.recv(1024).split(b"\r\n")[0]
+
+
+def test_h11_the_default_refuses_huge_headers_which_httptools_accepts():
+    """Why the server runs h11 where httptools is installed too: h11 answers headers past
+    its event limit (16 KiB, read in 64 KiB chunks) with 400; httptools takes a megabyte,
+    and more, into memory. If httptools grows a limit, this fails: time to look again."""
+    answers = {}
+    for http in ("default", "httptools"):
+        choice = {} if http == "default" else {"http": http}
+        config = uvicorn_config(hello, 5.0, shutdown_grace=0.0, log_level="critical", **choice)
+        with run_in_thread(GracefulServer(config)) as url:
+            answers[http] = [header_answer(url, size) for size in (8_000, 1_000_000)]
+            assert httpx.get(url).text == "hello"  # and it goes on serving
+    assert answers["default"] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"]
+    assert answers["httptools"] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK"]
+
+
+def test_an_unknown_protocol_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match=r"'h2' is not installed here; choose one of \['h11'"):
+        uvicorn_config(hello, 5.0, shutdown_grace=0.0, log_level="warning", http="h2")
 
 
 def test_an_ipv6_url_has_brackets():

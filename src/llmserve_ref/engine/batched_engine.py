@@ -36,7 +36,9 @@ the same flags: ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--block-size
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
@@ -101,6 +103,16 @@ class BatchedEngine:
             config.kv_cache_memory_bytes, model_config, config.block_size, dtype
         )
         self.bytes_per_block = config.block_size * model_config.kv_bytes_per_token(dtype)
+        kv_tokens = self.num_blocks * config.block_size
+        self.cache_config = {  # as vLLM's cache_config_info names them
+            "block_size": config.block_size,
+            "enable_prefix_caching": config.enable_prefix_caching,
+            "prefix_caching_hash_algo": "sha256",
+            "kv_cache_memory_bytes": config.kv_cache_memory_bytes,
+            "num_gpu_blocks": self.num_blocks,  # vLLM's name, whatever the device
+            "kv_cache_size_tokens": kv_tokens,
+            "kv_cache_max_concurrency": kv_tokens / self.max_model_len,  # full-length requests
+        }
         self.vocab_size = model_config.vocab_size
         self.scheduler_config = config.scheduler_config(self.num_blocks)
         device = str(model.device if model is not None else device or get_device())
@@ -116,6 +128,7 @@ class BatchedEngine:
         self._outgoing: list[EngineRequest] = []  # submitted in this turn of the event loop
         self._lock = threading.Lock()  # the event loop, the reader and a drain timer share them
         self._accepting = True
+        self._step_tokens: collections.Counter[int] = collections.Counter()  # steps by tokens
         self._core: CoreWorker = start_core(spec, model)
         ready = self._core.receive()
         if not isinstance(ready, Ready):
@@ -220,8 +233,12 @@ class BatchedEngine:
                 return
             match message:
                 case StepDone(outputs, stats):
-                    self._stats = stats
                     with self._lock:
+                        if stats.steps > self._stats.steps:  # a step ran, not only messages
+                            self._step_tokens[
+                                stats.scheduled_tokens - self._stats.scheduled_tokens
+                            ] += 1
+                        self._stats = stats
                         events, stopped = self.processor.process(outputs)
                         for request_id in stopped:  # a stop string: the core drops it
                             self._core.send(Abort(request_id))
@@ -234,5 +251,6 @@ class BatchedEngine:
                     return
 
     def stats(self) -> EngineStats:
-        """The core's counts as of its last message."""
-        return self._stats
+        """The core's counts as of its last message, and the steps it ran by their tokens."""
+        with self._lock:
+            return dataclasses.replace(self._stats, step_tokens=dict(self._step_tokens))

@@ -31,6 +31,7 @@ text, stop strings and streams belong to the output processor of the threaded
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -62,6 +63,7 @@ class CoreRequest:
     generator: torch.Generator | None
     stop_token_ids: Collection[int]
     forks: list[CoreRequest] = field(default_factory=list)  # more samples of the same prompt
+    scheduled_at: float | None = None  # when a step first ran any of its tokens
 
     @property
     def request_id(self) -> str:
@@ -171,13 +173,14 @@ class EngineCore:
         out = self.scheduler.schedule()
         if not out.num_scheduled_tokens:
             return []
-        chunks, sampling = [], []
+        chunks, sampling, now = [], [], time.monotonic()
         for request_id, n in sorted(out.num_scheduled_tokens.items(), key=lambda kv: kv[1] > 1):
             request = out.scheduled[request_id]  # decode chunks (one token) first
             start = request.num_computed_tokens
             samples = start + n == request.num_tokens
             table = out.block_table(request_id)
             seq = self.sequences[request_id]
+            seq.scheduled_at = seq.scheduled_at or now
             chunks.append(Chunk(seq.token_ids[start : start + n], start, table, samples))
             if samples:
                 sampling.append(seq)
@@ -235,6 +238,7 @@ class EngineCore:
         for fork in forks:
             fork.token_ids.append(self._pick(fork, logits[None]))
             fork.request.num_cached_tokens = seq.request.num_cached_tokens
+            fork.scheduled_at = seq.scheduled_at  # its prompt ran with its parent's
             if fork.request.max_tokens > 1:
                 self.scheduler.fork(seq.request, fork.request)
             else:
@@ -246,16 +250,21 @@ class EngineCore:
     def _finish_check(
         self, seq: CoreRequest, token: int, logprobs: TokenLogprobs | None
     ) -> TokenOutput:
-        request = seq.request
-        cached = request.num_cached_tokens if request.num_output_tokens == 1 else None
+        request, reason = seq.request, None
         if request.status is RequestStatus.FINISHED:  # max_tokens reached
-            self.sequences.pop(seq.request_id, None)
-            return TokenOutput(seq.request_id, token, FinishReason.LENGTH, logprobs, cached)
-        if token in seq.stop_token_ids:
+            reason = FinishReason.LENGTH
+        elif token in seq.stop_token_ids:
             self.scheduler.finish(request)
+            reason = FinishReason.STOP
+        if reason is not None:
             self.sequences.pop(seq.request_id, None)
-            return TokenOutput(seq.request_id, token, FinishReason.STOP, logprobs, cached)
-        return TokenOutput(seq.request_id, token, None, logprobs, cached)
+        first = request.num_output_tokens == 1
+        return TokenOutput(
+            seq.request_id, token, reason, logprobs,
+            num_cached_tokens=request.num_cached_tokens if first else None,
+            scheduled_at=seq.scheduled_at if first else None,
+            num_preemptions=request.num_preemptions if reason is not None else 0,
+        )  # fmt: skip
 
 
 def _is_plain_greedy(params: SamplingParams) -> bool:

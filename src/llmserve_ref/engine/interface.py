@@ -24,7 +24,7 @@ hands events over with ``loop.call_soon_threadsafe``, one wake-up for many.
 ...     return [event async for event in stream]
 >>> asyncio.run(one_event())
 [TokenEvent(text=' hi', token_id=5, finish_reason='length', timings=None, logprobs=None,
-            num_cached_tokens=0)]
+            num_cached_tokens=0, times=None)]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import enum
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -81,6 +81,8 @@ class TokenOutput:
     finish_reason: FinishReason | None = None
     logprobs: TokenLogprobs | None = None  # if the request asked for them
     num_cached_tokens: int | None = None  # on its first token: prompt tokens found cached
+    scheduled_at: float | None = None  # on its first token: when it was first scheduled
+    num_preemptions: int = 0  # on its last token: how often it was preempted
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,19 @@ class Timings:
     prompt_ms: float
     predicted_n: int
     predicted_ms: float
+
+
+@dataclass(frozen=True)
+class RequestTimes:
+    """When a sequence arrived, was first scheduled, had its first token and ended, on the
+    machine's monotonic clock (`time.monotonic`, which every process of it shares), and how
+    often it was preempted: what vLLM's per-request latency metrics are made of."""
+
+    arrival: float
+    scheduled: float
+    first_token: float
+    finished: float
+    num_preemptions: int = 0
 
 
 @dataclass(frozen=True)
@@ -106,6 +121,7 @@ class TokenEvent:
     timings: Timings | None = None
     logprobs: TokenLogprobs | None = None
     num_cached_tokens: int = 0
+    times: RequestTimes | None = None  # on the last event of a sequence that ran
 
 
 class EngineUnavailable(RuntimeError):
@@ -183,6 +199,7 @@ class EngineStats:
     preemptions: int = 0
     steps: int = 0  # forward passes
     scheduled_tokens: int = 0  # tokens computed by those passes
+    step_tokens: Mapping[int, int] = field(default_factory=dict)  # steps, by their tokens
 
 
 class Engine(Protocol):
@@ -190,6 +207,11 @@ class Engine(Protocol):
 
     tokenizer: Tokenizer
     max_model_len: int
+
+    @property
+    def cache_config(self) -> Mapping[str, object]:
+        """vLLM's CacheConfig fields this engine has (its ``cache_config_info`` labels)."""
+        ...
 
     def submit(self, request: EngineRequest) -> RequestStream: ...
     def cancel(self, request_id: str) -> None: ...

@@ -30,6 +30,7 @@ strings and events in the output processor the batched engine uses too
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 import time
@@ -76,10 +77,12 @@ class LoopEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.max_model_len = model.config.max_position_embeddings
+        self.cache_config = {"enable_prefix_caching": False}  # one contiguous cache each
         self.max_running = max_running
         self.steps = 0  # forward passes run, over all sequences
         self.scheduled_tokens = 0  # tokens those passes computed
         self.processor = OutputProcessor(tokenizer)
+        self._step_tokens: collections.Counter[int] = collections.Counter()
         self._stop_ids = set(tokenizer.backend.get_added_tokens_decoder())
         self._waiting: deque[_Sequence] = deque()
         self._running: list[_Sequence] = []
@@ -147,6 +150,7 @@ class LoopEngine:
                 sum(s.cache.nbytes for s in running if s.cache is not None),
                 steps=self.steps,
                 scheduled_tokens=self.scheduled_tokens,
+                step_tokens=dict(self._step_tokens),
             )
 
     def _loop(self) -> None:
@@ -206,6 +210,7 @@ class LoopEngine:
         logits = self.model(ids, s.cache)[:, -1].float()
         self.steps += 1
         self.scheduled_tokens += ids.shape[1]
+        self._step_tokens[ids.shape[1]] += 1
         stops = () if request.ignore_eos else self._stop_ids
         params = request.params
         token = next_token(logits, params, request.prompt_ids, s.output, s.generator, stops)

@@ -40,6 +40,7 @@ from llmserve_ref.engine.interface import (
     EngineRequest,
     FinishReason,
     RequestStream,
+    RequestTimes,
     Timings,
     TokenEvent,
     TokenOutput,
@@ -57,7 +58,8 @@ class RequestState:
     request: EngineRequest
     stream: RequestStream
     text: TextStream
-    submitted: float = field(default_factory=time.perf_counter)
+    submitted: float = field(default_factory=time.monotonic)
+    scheduled: float | None = None  # when the engine first scheduled it
     first_token: float | None = None
     num_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens the engine found cached, told with the first token
@@ -112,7 +114,8 @@ class OutputProcessor:
     def _token(self, state: RequestState, output: TokenOutput) -> tuple[RequestStream, TokenEvent]:
         """One new token of one request: its text, and the end if it ended."""
         state.num_tokens += 1
-        state.first_token = state.first_token or time.perf_counter()
+        state.first_token = state.first_token or time.monotonic()
+        state.scheduled = state.scheduled or output.scheduled_at
         if output.num_cached_tokens is not None:
             state.num_cached_tokens = output.num_cached_tokens
         if output.finish_reason is FinishReason.STOP:  # a stop token: it shows no text
@@ -132,7 +135,7 @@ class OutputProcessor:
         """The last event of a request, with its `last` token if one ended it; the request
         is forgotten here."""
         del self.states[state.request.request_id]
-        now = time.perf_counter()
+        now = time.monotonic()
         first = state.first_token or now
         timings = Timings(
             len(state.request.prompt_ids),
@@ -140,6 +143,13 @@ class OutputProcessor:
             state.num_tokens,
             (now - first) * 1e3,
         )
+        times = None
+        if state.first_token is not None:  # it ran
+            preemptions = 0 if last is None else last.num_preemptions
+            scheduled = state.scheduled or state.submitted
+            times = RequestTimes(state.submitted, scheduled, first, now, preemptions)
         token_id, logprobs = (None, None) if last is None else (last.token_id, last.logprobs)
-        event = TokenEvent(text, token_id, reason, timings, logprobs, state.num_cached_tokens)
+        event = TokenEvent(
+            text, token_id, reason, timings, logprobs, state.num_cached_tokens, times
+        )
         return state.stream, event

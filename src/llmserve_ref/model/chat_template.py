@@ -52,13 +52,18 @@ SYSTEM_SEPARATOR = "\n\n"  # after each system message's content, before the use
 
 
 def pieces(
-    messages: Iterable[Mapping[str, str]], add_generation_prompt: bool = True
+    messages: Iterable[Mapping[str, str]],
+    add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
 ) -> Iterator[tuple[str, bool]]:
     """The template's output in order: ``(token, True)`` for a control token the template
-    writes, ``(text, False)`` for text from the messages.
+    writes, ``(text, False)`` for text from the messages. With `continue_final_message`
+    (vLLM's option, for a reply to pick up where a partial one stopped) a final assistant
+    message is left open: no ``<|eos|>`` after it.
 
     Raises ValueError, naming the message, for a role the template cannot place.
     """
+    messages = list(messages)
     yield BOS, True
     system: list[str] = []  # system contents waiting for the first user message
     started = False  # a user or assistant turn has been written
@@ -85,7 +90,8 @@ def pieces(
                 )
             yield ASSISTANT, True
             yield content, False
-            yield EOS, True
+            if not (continue_final_message and i == len(messages) - 1):
+                yield EOS, True
             started = True
         else:
             raise ValueError(
@@ -101,19 +107,31 @@ def pieces(
         yield ASSISTANT, True
 
 
-def render(messages: Iterable[Mapping[str, str]], add_generation_prompt: bool = True) -> str:
-    """The prompt text for `messages` (dicts with ``role`` and ``content``)."""
-    return "".join(text for text, _ in pieces(messages, add_generation_prompt))
+def render(
+    messages: Iterable[Mapping[str, str]],
+    add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
+) -> str:
+    """The prompt text for `messages` (dicts with ``role`` and ``content``).
+
+    >>> render([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Once"}],
+    ...        add_generation_prompt=False, continue_final_message=True)
+    '<|bos|><|user|>Hi<|assistant|>Once'
+    """
+    return "".join(
+        text for text, _ in pieces(messages, add_generation_prompt, continue_final_message)
+    )
 
 
 def render_ids(
     messages: Iterable[Mapping[str, str]],
     tokenizer: Tokenizer,
     add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
 ) -> list[int]:
     """The prompt's token ids: control tokens only where the template writes them, the
     messages' text encoded as text even where it spells a special token."""
     ids: list[int] = []
-    for text, control in pieces(messages, add_generation_prompt):
+    for text, control in pieces(messages, add_generation_prompt, continue_final_message):
         ids += tokenizer.encode(text, split_special_tokens=not control)
     return ids

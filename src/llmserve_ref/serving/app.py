@@ -1,13 +1,15 @@
 """The ASGI application: routes, middleware and error handlers around the handlers.
 
-Six routes, on Starlette:
+Nine routes, on Starlette:
 
 * ``POST /v1/chat/completions`` and ``POST /v1/completions`` generate, whole or
   streamed as server-sent events (``"stream": true``), with ``n`` choices;
 * ``GET /v1/models`` names the one model served;
 * ``GET /health`` answers while the server is up;
 * ``GET /metrics`` is the Prometheus text of `llmserve_ref.serving.metrics`;
-* ``GET /openapi.json`` describes them all (`llmserve_ref.serving.openapi`).
+* ``GET /openapi.json`` describes them all (`llmserve_ref.serving.openapi`);
+* ``POST /tokenize``, ``POST /detokenize`` and ``GET /version`` are vLLM's
+  (`llmserve_ref.serving.tokenization`).
 
 Around them, outermost first: every response is counted by endpoint and status (the
 500s Starlette makes of unhandled errors included); web origins allowed by `Access` get
@@ -39,6 +41,7 @@ from llmserve_ref.serving.errors import OpenAIError
 from llmserve_ref.serving.handlers import OpenAIServer
 from llmserve_ref.serving.limits import Limits
 from llmserve_ref.serving.metrics import ServerMetrics
+from llmserve_ref.serving.tokenization import TokenizerRoutes
 
 ENDPOINTS = (
     "/v1/models",
@@ -47,6 +50,9 @@ ENDPOINTS = (
     "/health",
     "/metrics",
     "/openapi.json",
+    "/tokenize",
+    "/detokenize",
+    "/version",
 )
 
 
@@ -87,7 +93,7 @@ class RequireApiKey:
 
 
 class CountRequests:
-    """ASGI middleware: count every response by endpoint and status code."""
+    """ASGI middleware: count every response by route, method and status class."""
 
     def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
         self.app, self.metrics = app, metrics
@@ -99,7 +105,8 @@ class CountRequests:
 
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
-                self.metrics.requests.inc(endpoint=endpoint, status=str(message["status"]))
+                status = f"{message['status'] // 100}xx"  # grouped, as vLLM's instrumentator
+                self.metrics.http.inc(handler=endpoint, method=scope["method"], status=status)
             await send(message)
 
         await self.app(scope, receive, counting_send)
@@ -166,7 +173,8 @@ def create_app(
     engine: Engine, model: str, limits: Limits | None = None, access: Access | None = None
 ) -> App:
     """The ASGI app serving `engine` under the model name `model`."""
-    api = OpenAIServer(engine, model, limits or Limits())
+    limits = limits or Limits()
+    api, tokenizer = OpenAIServer(engine, model, limits), TokenizerRoutes(engine, model, limits)
     return App(
         api,
         routes=[
@@ -176,6 +184,9 @@ def create_app(
             Route("/health", api.health, methods=["GET"]),
             Route("/metrics", api.metrics_text, methods=["GET"]),
             Route("/openapi.json", api.openapi, methods=["GET"]),
+            Route("/tokenize", tokenizer.tokenize, methods=["POST"]),
+            Route("/detokenize", tokenizer.detokenize, methods=["POST"]),
+            Route("/version", tokenizer.version, methods=["GET"]),
         ],
         middleware=middleware(access or Access()),
         exception_handlers={

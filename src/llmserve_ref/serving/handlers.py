@@ -33,7 +33,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from llmserve_ref.engine.interface import (
@@ -48,15 +48,12 @@ from llmserve_ref.engine.interface import (
 )
 from llmserve_ref.model.sampling import TokenLogprobs
 from llmserve_ref.model.tokenizer import Tokenizer
+from llmserve_ref.serving.chat_requests import ChatCompletionRequest
 from llmserve_ref.serving.errors import OpenAIError
-from llmserve_ref.serving.limits import Limits, check_json_content_type, check_prompt_chars
+from llmserve_ref.serving.limits import Limits, check_prompt_chars
 from llmserve_ref.serving.metrics import ServerMetrics
-from llmserve_ref.serving.openai_parsing import parse
-from llmserve_ref.serving.openai_requests import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    OpenAIRequest,
-)
+from llmserve_ref.serving.openai_parsing import check_model, parse, read_body
+from llmserve_ref.serving.openai_requests import CompletionRequest, OpenAIRequest
 from llmserve_ref.serving.openai_responses import (
     ResponseHead,
     completion_object,
@@ -137,7 +134,7 @@ class OpenAIServer:
 
     def __init__(self, engine: Engine, model: str, limits: Limits) -> None:
         self.engine, self.model, self.limits = engine, model, limits
-        self.metrics = ServerMetrics(engine)
+        self.metrics = ServerMetrics(engine, model)
         self.created = int(time.time())
         self.in_flight: set[str] = set()  # request ids submitted and not yet released
 
@@ -169,7 +166,7 @@ class OpenAIServer:
 
     async def generate(self, request: Request, schema: type[OpenAIRequest]) -> Response:
         """Admit the request, then answer it whole or streamed."""
-        arrival = time.perf_counter()
+        arrival = time.monotonic()
         body, prompt_ids, streams = await self.admit(request, schema)
         tokenizer = self.engine.tokenizer
         echo = body.echo_text(prompt_ids, tokenizer)
@@ -197,14 +194,8 @@ class OpenAIServer:
         self, request: Request, schema: type[OpenAIRequest]
     ) -> tuple[OpenAIRequest, list[int], list[RequestStream]]:
         """Validate, tokenize, build and submit: the request, its prompt and its streams."""
-        body = parse(await self.read_body(request), schema)
-        if body.model != self.model:
-            raise OpenAIError(
-                f"The model '{body.model}' does not exist; this server serves '{self.model}'.",
-                status=404,
-                param="model",
-                code="model_not_found",
-            )
+        body = parse(await read_body(request, self.limits), schema)
+        check_model(body.model, self.model)
         self.limits.check_stop(body.stop_strings())
         tokenizer, max_model_len = self.engine.tokenizer, self.engine.max_model_len
         check_prompt_chars(
@@ -215,7 +206,7 @@ class OpenAIServer:
         prompt_ids = await asyncio.to_thread(body.encode_prompt, tokenizer)
         requests = body.engine_requests(prompt_ids, max_model_len, tokenizer.vocab_size)
         streams = self.submit(requests)
-        self.metrics.prompt_tokens.inc(len(prompt_ids) * len(requests))
+        self.metrics.admitted(len(prompt_ids), len(requests), requests[0].max_tokens)
         return body, prompt_ids, streams
 
     async def events(
@@ -224,18 +215,21 @@ class OpenAIServer:
         """Every choice's events as they come, recorded in `progress` and in the metrics."""
         last_token_at: list[float | None] = [None] * len(streams)
         async for i, event in merge(streams):
-            now = time.perf_counter()
+            now = time.monotonic()
             if event.token_id is not None:
-                if not any(progress.tokens):
-                    self.metrics.ttft.observe(now - arrival)
                 last = last_token_at[i]
-                if last is not None:
-                    self.metrics.itl.observe(now - last)
+                gap = self.metrics.ttft if last is None else self.metrics.itl
+                gap.observe(now - (arrival if last is None else last))
                 last_token_at[i] = now
                 self.metrics.generation_tokens.inc()
-            if event.finish_reason is FinishReason.ABORT:
-                self.metrics.cancelled.inc()
             progress.record(i, event)
+            if event.finish_reason is not None:
+                tokens, cached = progress.tokens[i], event.num_cached_tokens
+                self.metrics.finished(
+                    event.finish_reason, event.times, progress.prompt_n, tokens, cached
+                )
+                if progress.done:
+                    self.metrics.request_finished(progress.tokens)
             yield i, event
 
     # --8<-- [start:stream]
@@ -308,29 +302,6 @@ class OpenAIServer:
         work.result()  # a failure inside a choice is raised here (and the rest released)
         return True
 
-    async def read_body(self, request: Request) -> bytes:
-        """The JSON body: refused unless it is JSON (415), not too big (413), and sent in
-        time (408). A body announced as too big is refused before a byte of it is read;
-        a client that leaves halfway gets nginx's 499, which nobody reads but /metrics."""
-        check_json_content_type(request.headers.get("content-type"))
-        self.limits.check_content_length(request.headers.get("content-length"))
-        try:
-            return await asyncio.wait_for(
-                self.limits.read_capped(request.stream()), self.limits.body_timeout_s
-            )
-        except asyncio.TimeoutError:
-            raise OpenAIError(
-                f"The request body did not arrive within {self.limits.body_timeout_s} s.",
-                408,
-                code="request_timeout",
-            ) from None
-        except ClientDisconnect:
-            raise OpenAIError(
-                "The client disconnected before sending its whole body.",
-                499,
-                code="client_disconnected",
-            ) from None
-
     def submit(self, requests: list[EngineRequest]) -> list[RequestStream]:
         """Submit all of `requests` or none: room for them all is checked first (429), and
         if the engine refuses one, those already submitted are cancelled."""
@@ -357,6 +328,6 @@ class OpenAIServer:
                 self.in_flight.discard(s.request_id)
                 if not s.finished:
                     self.engine.cancel(s.request_id)
-                    self.metrics.cancelled.inc()
+                    self.metrics.success.inc(finished_reason=FinishReason.ABORT.value)
 
     # --8<-- [end:admission]

@@ -137,16 +137,20 @@ def serve_in_thread(
     shutdown_grace: float = 5.0,
     limits: Limits | None = None,
     access: Access | None = None,
+    http: str = "h11",
+    loop: str = "asyncio",
 ) -> Iterator[RunningServer]:
     """Run the server on a thread of this process while the ``with`` block runs.
 
     Port 0 (the default) picks a free port. The engine is a `BatchedEngine` serving
     `model` unless one is passed in; leaving the block shuts the server down gracefully.
+    `http` and `loop` pick uvicorn's HTTP protocol and event loop
+    (`llmserve_ref.serving.transport.uvicorn_config`).
     """
     running = load_engine(model) if engine is None else engine
     limits = limits or Limits()
     app = create_app(running, model, limits, access)
-    config = uvicorn_config(app, limits.header_timeout_s, shutdown_grace, log_level="warning")
+    config = uvicorn_config(app, limits.header_timeout_s, shutdown_grace, "warning", http, loop)
     server = GracefulServer(config, lambda: running.drain(shutdown_grace))
     try:
         with run_in_thread(server, host, port) as url:

@@ -1,230 +1,235 @@
-"""The server's own metrics for Prometheus: counted as it serves, rendered as text.
+"""What this server counts for Prometheus, in vLLM's vocabulary under our prefix.
 
-This is the server side of monitoring: what ``GET /metrics`` exposes while the server
-runs, for Prometheus to scrape (the benchmark's client-side statistics, TTFT and TPOT
-percentiles of one run, are `llmserve_ref.bench.bench_metrics`). It has two parts:
-the metric types and the `Registry` that renders them, then `ServerMetrics`, the set
-this server keeps: requests, tokens, latencies and the engine's load.
+A reader who learns to watch our server should be able to watch vLLM's with the same
+dashboards and alerts. So every series here is one of vLLM's (its ``vllm/v1/metrics/
+loggers.py``, 0.32): the same name after the prefix (``llmserve:`` for ``vllm:``), the
+same type, the same labels (``model_name`` and ``engine`` on every sample,
+``finished_reason`` on ``request_success``) and vLLM's bucket edges
+(`llmserve_ref.planning.published.VLLM_METRIC_BUCKETS`), with finer edges added below
+vLLM's smallest where latencies on a CPU fall (vLLM's inter-token buckets start at 10 ms;
+ours run at a few). A dashboard made for vLLM works after swapping the prefix; the
+engines session checks every vLLM series against ours (or names why it does not apply).
 
-Prometheus scrapes ``GET /metrics`` and reads plain text, one sample a line,
-each family introduced by ``# HELP`` and ``# TYPE``::
+* the engine's KV cache as configured (``cache_config_info``: its block size, blocks,
+  tokens, and how many full-length requests they hold);
+* the engine's load, read when scraped: requests running and waiting, KV cache usage
+  (a fraction of its blocks), preemptions and prefix-cache queries and hits, and the
+  tokens of each step (``iteration_tokens_total``);
+* each request, counted when it ends: its tokens (prompt, generated, found cached, and
+  computed at prefill), its finish reason, its times (queue, prefill, decode, inference,
+  end to end, to the first token, per output token, between tokens), its preemptions;
+* each HTTP answer, by route, method and status class (``http_requests_total``, as vLLM's
+  instrumentator counts them, without the model's labels).
 
-    # HELP llmserve_requests_total HTTP requests answered, by endpoint and status.
-    # TYPE llmserve_requests_total counter
-    llmserve_requests_total{endpoint="/v1/completions",status="200"} 3
-
-A **counter** only goes up (requests, tokens); rates come from differences
-between scrapes. A **gauge** is a value now (requests running). A **histogram**
-counts observations into cumulative buckets (``_bucket{le="0.1"}`` is how many
-were at most 0.1 s), plus their ``_sum`` and ``_count``, so that percentiles
-can be estimated over any window later — a server cannot keep every latency.
-
-The format is simple enough to write by hand, which is what this module does
-(no dependency). Every update happens on the server's event loop thread, so
-nothing here needs a lock.
-
->>> registry = Registry()
->>> ttft = registry.add(Histogram("ttft_seconds", "Time to first token.", [0.1, 1.0]))
->>> ttft.observe(0.05); ttft.observe(0.5)
->>> print(registry.render())
-# HELP ttft_seconds Time to first token.
-# TYPE ttft_seconds histogram
-ttft_seconds_bucket{le="0.1"} 1
-ttft_seconds_bucket{le="1.0"} 2
-ttft_seconds_bucket{le="+Inf"} 2
-ttft_seconds_sum 0.55
-ttft_seconds_count 2
-<BLANKLINE>
+>>> from llmserve_ref.engine.interface import EngineStats
+>>> class Idle:  # an engine with nothing to do
+...     max_model_len = 256
+...     cache_config = {"block_size": 16}
+...     def stats(self):
+...         return EngineStats(running=0, waiting=0, kv_cache_bytes=0, kv_blocks_total=64)
+>>> text = ServerMetrics(Idle(), "tiny").render()
+>>> print("\\n".join(text.splitlines()[:3]))
+# HELP llmserve:num_requests_running Number of requests in model execution batches.
+# TYPE llmserve:num_requests_running gauge
+llmserve:num_requests_running{engine="0",model_name="tiny"} 0
 """
 
 from __future__ import annotations
 
-import bisect
 import functools
-from collections.abc import Callable, Sequence
-from typing import TypeVar
 
-from llmserve_ref.engine.interface import Engine
+from llmserve_ref.engine.interface import Engine, FinishReason, RequestTimes
+from llmserve_ref.planning.published import VLLM_METRIC_BUCKETS as VLLM
+from llmserve_ref.serving.prometheus import (
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    Registry,
+    TallyHistogram,
+    Total,
+)
 
-Labels = tuple[tuple[str, str], ...]
-
-
-def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    escaped = (
-        (k, v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")) for k, v in labels
-    )
-    return "{" + ",".join(f'{k}="{v}"' for k, v in escaped) + "}"
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-class Counter:
-    """A count that only goes up, one per combination of label values."""
-
-    kind = "counter"
-
-    def __init__(self, name: str, help: str) -> None:
-        self.name, self.help = name, help
-        self.values: dict[Labels, float] = {}
-
-    def inc(self, amount: float = 1, **labels: str) -> None:
-        key = tuple(sorted(labels.items()))
-        self.values[key] = self.values.get(key, 0) + amount
-
-    def value(self, **labels: str) -> float:
-        return self.values.get(tuple(sorted(labels.items())), 0)
-
-    def samples(self) -> list[str]:
-        return [f"{self.name}{_labels(k)} {_number(v)}" for k, v in sorted(self.values.items())]
+PREFIX = "llmserve:"
+# Below vLLM's smallest edges, where a CPU's latencies fall: tokens a few ms apart, requests
+# that queue for milliseconds and end in tenths of a second.
+FINER_GAPS = (0.001, 0.0025, 0.005, 0.0075)
+FINER_REQUEST_TIMES = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2)
+LATENCY_BUCKETS = (*FINER_REQUEST_TIMES, *VLLM.request_latency)
+GAP_BUCKETS = (*FINER_GAPS, *VLLM.inter_token_latency)
 
 
-class Gauge:
-    """A value read when scraped, from a function (requests running now, bytes held)."""
+def one_two_five(limit: int) -> list[float]:
+    """vLLM's buckets for a request's token counts: 1, 2, 5, 10, 20, 50, ... up to `limit`.
 
-    kind = "gauge"
-
-    def __init__(self, name: str, help: str, read: Callable[[], float]) -> None:
-        self.name, self.help, self.read = name, help, read
-
-    def samples(self) -> list[str]:
-        return [f"{self.name} {_number(self.read())}"]
-
-
-class Total(Gauge):
-    """A counter kept by someone else (the engine), read when scraped."""
-
-    kind = "counter"
+    >>> one_two_five(256)
+    [1, 2, 5, 10, 20, 50, 100, 200]
+    """
+    edges: list[float] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > limit:
+                return edges
+            edges.append(mantissa * scale)
+        scale *= 10
 
 
-class Histogram:
-    """Observations counted into cumulative buckets, with their sum and count."""
-
-    kind = "histogram"
-
-    def __init__(self, name: str, help: str, buckets: Sequence[float]) -> None:
-        self.name, self.help = name, help
-        self.bounds = sorted(buckets)
-        self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
-    def samples(self) -> list[str]:
-        lines, total = [], 0
-        for bound, n in zip([*map(repr, self.bounds), "+Inf"], self.counts, strict=True):
-            total += n
-            lines.append(f'{self.name}_bucket{{le="{bound}"}} {total}')
-        return [*lines, f"{self.name}_sum {_number(self.sum)}", f"{self.name}_count {total}"]
-
-
-M = TypeVar("M", Counter, Gauge, Histogram)
-
-
-class Registry:
-    """The metrics a server exposes, rendered in Prometheus' text format (version 0.0.4)."""
-
-    content_type = "text/plain; version=0.0.4; charset=utf-8"
-
-    def __init__(self) -> None:
-        self.metrics: list[Counter | Gauge | Histogram] = []
-
-    def add(self, metric: M) -> M:
-        self.metrics.append(metric)
-        return metric
-
-    def render(self) -> str:
-        lines = []
-        for m in self.metrics:
-            lines += [f"# HELP {m.name} {m.help}", f"# TYPE {m.name} {m.kind}", *m.samples()]
-        return "\n".join(lines) + "\n"
-
-
-LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
+# The engine's counts, read when scraped: (series, help, field of `EngineStats`).
+ENGINE_GAUGES = (
+    ("num_requests_running", "Number of requests in model execution batches.", "running"),
+    ("num_requests_waiting", "Number of requests waiting to be processed.", "waiting"),
+)
+ENGINE_TOTALS = (
+    ("num_preemptions", "Cumulative number of preemption from the engine.", "preemptions"),
+    ("prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+     "prefix_cache_queries"),
+    ("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+     "prefix_cache_hits"),
+)  # fmt: skip
+# What is counted per request: (attribute, series, help, buckets: "tokens" for the 1-2-5
+# series up to the model's length).
+REQUEST_HISTOGRAMS = (
+    ("prompt_len", "request_prompt_tokens", "Number of prefill tokens processed.", "tokens"),
+    ("output_len", "request_generation_tokens", "Number of generation tokens processed.",
+     "tokens"),
+    ("computed", "request_prefill_kv_computed_tokens",
+     "Histogram of new KV tokens computed during prefill (excluding cached tokens).", "tokens"),
+    ("max_generation", "request_max_num_generation_tokens",  # generated, despite the help
+     "Histogram of maximum number of requested generation tokens.", "tokens"),
+    ("n", "request_params_n", "Histogram of the n request parameter.", VLLM.request_params_n),
+    ("max_tokens", "request_params_max_tokens",
+     "Histogram of the max_tokens request parameter.", "tokens"),
+    ("ttft", "time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+     VLLM.time_to_first_token),
+    ("itl", "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+     GAP_BUCKETS),
+    ("tpot", "request_time_per_output_token_seconds",
+     "Histogram of time_per_output_token_seconds per request.", GAP_BUCKETS),
+    ("e2e", "e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+     LATENCY_BUCKETS),
+    ("queue", "request_queue_time_seconds",
+     "Histogram of time spent in WAITING phase for request.", LATENCY_BUCKETS),
+    ("inference", "request_inference_time_seconds",
+     "Histogram of time spent in RUNNING phase for request.", LATENCY_BUCKETS),
+    ("prefill", "request_prefill_time_seconds",
+     "Histogram of time spent in PREFILL phase for request.", LATENCY_BUCKETS),
+    ("decode", "request_decode_time_seconds",
+     "Histogram of time spent in DECODE phase for request.", LATENCY_BUCKETS),
+    ("preempted", "request_num_preemptions", "Number of preemptions per request.",
+     VLLM.request_num_preemptions),
+)  # fmt: skip
 
 
 class ServerMetrics(Registry):
-    """The serving metrics: requests, tokens, TTFT and inter-token latency, engine load."""
+    """The series this server exposes, as vLLM names them, for one engine and model."""
 
-    def __init__(self, engine: Engine) -> None:
-        super().__init__()
-        self.requests = self.add(
-            Counter("llmserve_requests_total", "HTTP requests answered, by endpoint and status.")
-        )
-        self.cancelled = self.add(
-            Counter(
-                "llmserve_requests_cancelled_total",
-                "Generations stopped early because the client disconnected or the server stopped.",
-            )
-        )
-        self.prompt_tokens = self.add(
-            Counter("llmserve_prompt_tokens_total", "Prompt tokens prefilled.")
-        )
-        self.generation_tokens = self.add(
-            Counter("llmserve_generation_tokens_total", "Tokens generated.")
-        )
-        self.ttft = self.add(
-            Histogram(
-                "llmserve_time_to_first_token_seconds",
-                "From a request's arrival to its first generated token.",
-                LATENCY_BUCKETS,
-            )
-        )
-        self.itl = self.add(
-            Histogram(
-                "llmserve_inter_token_latency_seconds",
-                "Between two consecutive tokens of one sequence.",
-                LATENCY_BUCKETS,
-            )
-        )
+    prompt_len: Histogram
+    output_len: Histogram
+    computed: Histogram
+    max_generation: Histogram
+    n: Histogram
+    max_tokens: Histogram
+    ttft: Histogram
+    itl: Histogram
+    tpot: Histogram
+    e2e: Histogram
+    queue: Histogram
+    inference: Histogram
+    prefill: Histogram
+    decode: Histogram
+    preempted: Histogram
+
+    def __init__(self, engine: Engine, model_name: str) -> None:
+        super().__init__(model_name=model_name, engine="0")
+        self.engine = engine
+        for name, help, field in ENGINE_GAUGES:
+            self.add(Gauge(PREFIX + name, help, functools.partial(_stat, engine, field)))
         self.add(
-            Gauge(
-                "llmserve_requests_running",
-                "Sequences being decoded.",
-                lambda: engine.stats().running,
-            )
-        )
+            Info(PREFIX + "cache_config_info", "Information of the LLMEngine CacheConfig",
+                 engine.cache_config),
+            const=["engine"],  # a configuration, whatever model it serves (as in vLLM)
+        )  # fmt: skip
         self.add(
-            Gauge(
-                "llmserve_requests_waiting",
-                "Sequences queued for a slot.",
-                lambda: engine.stats().waiting,
-            )
-        )
+            Gauge(PREFIX + "kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                  self.kv_cache_usage)
+        )  # fmt: skip
+        for name, help, field in ENGINE_TOTALS:
+            self.add(Total(PREFIX + name, help, functools.partial(_stat, engine, field)))
         self.add(
-            Gauge(
-                "llmserve_kv_cache_bytes",
-                "Bytes of KV cache held by running sequences.",
-                lambda: engine.stats().kv_cache_bytes,
-            )
+            TallyHistogram(PREFIX + "iteration_tokens_total",
+                           "Histogram of number of tokens per engine_step.",
+                           VLLM.iteration_tokens, lambda: engine.stats().step_tokens)
+        )  # fmt: skip
+
+        def counter(name: str, help: str) -> Counter:
+            return self.add(Counter(PREFIX + name, help))
+
+        self.prompt_tokens = counter("prompt_tokens", "Number of prefill tokens processed.")
+        self.prompt_tokens_cached = counter(
+            "prompt_tokens_cached", "Number of cached prompt tokens."
         )
-        # The engine's own counts, by `EngineStats` field (zero where an engine has no
-        # blocks or prefix cache). Totals are counters: their names end in _total.
-        for kind, field, help in ENGINE_STATS:
-            name = f"llmserve_{field}" + ("_total" if kind is Total else "")
-            self.add(kind(name, help, functools.partial(_stat, engine, field)))
+        self.generation_tokens = counter(
+            "generation_tokens", "Number of generation tokens processed."
+        )
+        reasons = [{"finished_reason": r.value} for r in FinishReason]
+        self.success = self.add(
+            Counter(PREFIX + "request_success", "Count of successfully processed requests.",
+                    ["finished_reason"], reasons)
+        )  # fmt: skip
+        counts = one_two_five(engine.max_model_len)
+        for attribute, name, help, buckets in REQUEST_HISTOGRAMS:
+            edges = counts if isinstance(buckets, str) else buckets
+            setattr(self, attribute, self.add(Histogram(PREFIX + name, help, edges)))
+        self.http = self.add(
+            Counter("http_requests", "Total number of requests by method, status and handler.",
+                    ["handler", "method", "status"]),
+            const=[],  # the HTTP server's, not the engine's: vLLM's instrumentator's series
+        )  # fmt: skip
+
+    def kv_cache_usage(self) -> float:
+        """The share of KV blocks sequences hold (0 for an engine without blocks)."""
+        stats = self.engine.stats()
+        return stats.kv_blocks_used / stats.kv_blocks_total if stats.kv_blocks_total else 0.0
+
+    def admitted(self, prompt_tokens: int, n: int, max_tokens: int) -> None:
+        """A request of `n` sequences, each of `prompt_tokens` and up to `max_tokens`."""
+        for _ in range(n):
+            self.max_tokens.observe(max_tokens)
+            self.prompt_tokens.inc(prompt_tokens)
+
+    def request_finished(self, generated: list[int]) -> None:
+        """All the sequences of one request ended, having generated `generated` tokens:
+        vLLM counts its ``n`` and the most tokens one of them generated, once a request."""
+        self.n.observe(len(generated))
+        self.max_generation.observe(max(generated))
+
+    def finished(
+        self,
+        reason: FinishReason,
+        times: RequestTimes | None,
+        prompt_tokens: int,
+        output_tokens: int,
+        cached_tokens: int,
+    ) -> None:
+        """One sequence ended (an aborted one may have no times: it never ran)."""
+        self.success.inc(finished_reason=reason.value)
+        self.prompt_len.observe(prompt_tokens)
+        self.output_len.observe(output_tokens)
+        self.prompt_tokens_cached.inc(cached_tokens)
+        self.computed.observe(prompt_tokens - cached_tokens)
+        if times is None:
+            return
+        self.preempted.observe(times.num_preemptions)
+        self.e2e.observe(times.finished - times.arrival)
+        self.queue.observe(times.scheduled - times.arrival)
+        self.inference.observe(times.finished - times.scheduled)
+        self.prefill.observe(times.first_token - times.scheduled)
+        self.decode.observe(times.finished - times.first_token)
+        if output_tokens > 1:
+            self.tpot.observe((times.finished - times.first_token) / (output_tokens - 1))
 
 
 def _stat(engine: Engine, field: str) -> float:
-    """One field of the engine's `EngineStats`, read when /metrics is scraped."""
+    """One field of the engine's `EngineStats`, read when scraped."""
     return getattr(engine.stats(), field)
-
-
-ENGINE_STATS = [
-    (Gauge, "kv_blocks_used", "KV blocks held by sequences."),
-    (Gauge, "kv_blocks_total", "KV blocks in the pool."),
-    (Total, "prefix_cache_queries", "Prompt tokens looked up in the prefix cache."),
-    (Total, "prefix_cache_hits", "Prompt tokens found in the prefix cache, not computed again."),
-    (Total, "preemptions", "Sequences preempted (KV freed, to recompute) when blocks ran out."),
-    (Total, "steps", "Forward passes the engine ran."),
-    (Total, "scheduled_tokens", "Tokens those passes computed (per step: divide by steps)."),
-]

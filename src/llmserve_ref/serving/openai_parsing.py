@@ -1,6 +1,7 @@
-"""From the bytes of a request body to a checked request, or an OpenAI error naming the field.
+"""From a request's body to a checked request, or an OpenAI error naming the field.
 
-`parse` validates the JSON against the endpoint's schema (``CompletionRequest`` or
+`read_body` reads the body within the server's `Limits` (JSON only, not too big, in
+time), and `parse` validates the JSON against the endpoint's schema (``CompletionRequest`` or
 ``ChatCompletionRequest``, pydantic in strict mode) and turns the first problem into an
 `OpenAIError` that names the field as OpenAI does (``messages[0].role``), with what to
 send instead. A field the server does not implement and that would change the output
@@ -19,14 +20,17 @@ llmserve_ref.serving.errors.OpenAIError: Invalid type for 'n': Input should be .
 
 from __future__ import annotations
 
+import asyncio
 from typing import TypeVar
 
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect, Request
 
 from llmserve_ref.serving.errors import OpenAIError
-from llmserve_ref.serving.openai_requests import OpenAIRequest
+from llmserve_ref.serving.limits import Limits, check_json_content_type
+from llmserve_ref.serving.openai_requests import OpenAIRequest, StrictSchema
 
-Schema = TypeVar("Schema", bound=OpenAIRequest)
+Schema = TypeVar("Schema", bound=StrictSchema)
 
 # Fields of OpenAI's API (and vLLM's) that change the output, which this server does not
 # implement: a request that sets one gets a 400 naming it (`check_supported`).
@@ -57,6 +61,32 @@ def _unsupported(name: str, what: str = "it is not") -> OpenAIError:
     )
 
 
+# --8<-- [start:read_body]
+async def read_body(request: Request, limits: Limits) -> bytes:
+    """The JSON body: refused unless it is JSON (415), not too big (413), and sent in
+    time (408). A body announced as too big is refused before a byte of it is read;
+    a client that leaves halfway gets nginx's 499, which nobody reads but /metrics."""
+    check_json_content_type(request.headers.get("content-type"))
+    limits.check_content_length(request.headers.get("content-length"))
+    try:
+        return await asyncio.wait_for(limits.read_capped(request.stream()), limits.body_timeout_s)
+    except asyncio.TimeoutError:
+        raise OpenAIError(
+            f"The request body did not arrive within {limits.body_timeout_s} s.",
+            408,
+            code="request_timeout",
+        ) from None
+    except ClientDisconnect:
+        raise OpenAIError(
+            "The client disconnected before sending its whole body.",
+            499,
+            code="client_disconnected",
+        ) from None
+
+
+# --8<-- [end:read_body]
+
+
 def parse(body: bytes, schema: type[Schema]) -> Schema:
     """The request in `body`, or an `OpenAIError` naming the first problem."""
     try:
@@ -82,7 +112,8 @@ def parse(body: bytes, schema: type[Schema]) -> Schema:
         raise OpenAIError(
             f"Invalid {kind} for '{param}': {problem['msg']}.", param=param, code=f"invalid_{kind}"
         ) from None
-    check_supported(request)
+    if isinstance(request, OpenAIRequest):  # what generates: refuse what it would ignore
+        check_supported(request)
     return request
 
 
@@ -109,3 +140,15 @@ def check_supported(request: OpenAIRequest) -> None:
         raise _unsupported("response_format", "only {'type': 'text'} is")
     if extra.get("best_of") not in (None, request.n):
         raise _unsupported("best_of", "only best_of equal to n is")
+
+
+def check_model(requested: str | None, served: str) -> None:
+    """Refuse a request for a model this server does not serve (404, as OpenAI answers);
+    a request that names none (where the API allows it) gets the one served."""
+    if requested is not None and requested != served:
+        raise OpenAIError(
+            f"The model '{requested}' does not exist; this server serves '{served}'.",
+            status=404,
+            param="model",
+            code="model_not_found",
+        )

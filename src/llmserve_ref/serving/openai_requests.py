@@ -1,5 +1,9 @@
 """The OpenAI API's requests: what a client may send, checked, and what it asks of the engine.
 
+This module holds what both generating endpoints share (`OpenAIRequest`) and
+``/v1/completions``' own request; ``/v1/chat/completions``' is
+`llmserve_ref.serving.chat_requests`.
+
 Clients (the official ``openai`` packages, curl, LangChain, a benchmark tool)
 speak this JSON, so a server that speaks it exactly can be swapped in for
 OpenAI, vLLM, Ollama or llama.cpp's ``llama-server`` by changing a base URL.
@@ -31,21 +35,19 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from llmserve_ref.engine.interface import EngineRequest
-from llmserve_ref.model.chat_template import render_ids
 from llmserve_ref.model.sampling import (
-    MAX_LOGPROBS,
     SamplingParamError,
     SamplingParams,
     TokenLogprobs,
 )
 from llmserve_ref.model.tokenizer import Tokenizer
 from llmserve_ref.serving.errors import OpenAIError
-from llmserve_ref.serving.openai_responses import chat_logprobs, completion_logprobs
+from llmserve_ref.serving.openai_responses import completion_logprobs
 
 # The sampler's knobs that a request sets by the same names (`logprobs` aside: each
 # endpoint asks for it its own way, `num_logprobs`), and their defaults, which are OpenAI's.
@@ -53,32 +55,17 @@ SAMPLER_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams) if f.n
 _SAMPLER = SamplingParams()
 
 
-class _Schema(BaseModel):
+class StrictSchema(BaseModel):
     """Strict types (``"0.5"`` is not a number); unknown fields ignored, as OpenAI does."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
 
-class StreamOptions(_Schema):
+class StreamOptions(StrictSchema):
     include_usage: bool = False
 
 
-class TextPart(_Schema):
-    type: Literal["text"]
-    text: str
-
-
-class Message(_Schema):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
-
-    def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
-
-
-class OpenAIRequest(_Schema):
+class OpenAIRequest(StrictSchema):
     """Fields both endpoints share. Fields it does not declare are kept aside
     (``model_extra``) for `llmserve_ref.serving.openai_parsing.check_supported`, and
     otherwise ignored.
@@ -318,81 +305,3 @@ class CompletionRequest(OpenAIRequest):
     ) -> tuple[dict, int]:
         body = completion_logprobs(tokens, tokenizer, text_offset)
         return body, text_offset + sum(map(len, body["tokens"]))
-
-
-class ChatCompletionRequest(OpenAIRequest):
-    """``POST /v1/chat/completions``: the next assistant message of a conversation."""
-
-    prompt_field: ClassVar[str] = "messages"
-    messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    logprobs: bool = False  # each token's logprob ...
-    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)  # ... and the likeliest
-
-    @field_validator("top_logprobs")
-    @classmethod
-    def _needs_logprobs(cls, top: int | None, info: ValidationInfo) -> int | None:
-        if top and not info.data.get("logprobs"):  # vLLM and OpenAI refuse it too
-            raise ValueError("top_logprobs needs logprobs set to true")
-        return top
-
-    def num_logprobs(self) -> int | None:
-        return (self.top_logprobs or 0) if self.logprobs else None
-
-    def token_limit(self) -> tuple[int | None, str]:
-        if self.max_completion_tokens is not None:  # the newer name wins
-            return self.max_completion_tokens, "max_completion_tokens"
-        return self.max_tokens, "max_tokens"
-
-    def default_max_tokens(self, room: int) -> int:
-        return room
-
-    def encode_prompt(self, tokenizer: Tokenizer) -> list[int]:
-        """The messages through the chat template, their text encoded as text: a special
-        token's string in a message stays text."""
-        messages = [{"role": m.role, "content": m.text()} for m in self.messages]
-        try:
-            return render_ids(messages, tokenizer)
-        except ValueError as error:  # the template names the message it cannot place
-            raise OpenAIError(str(error), param="messages", code="invalid_value") from None
-
-    def prompt_chars(self) -> int:
-        return sum(len(m.text()) for m in self.messages)
-
-    object_name: ClassVar[str] = "chat.completion"
-    chunk_object_name: ClassVar[str] = "chat.completion.chunk"
-    id_prefix: ClassVar[str] = "chatcmpl"
-
-    def choice(
-        self, index: int, text: str, finish_reason: str | None, logprobs: dict | None = None
-    ) -> dict:
-        message = {"role": "assistant", "content": text}
-        return {
-            "index": index,
-            "message": message,
-            "logprobs": logprobs,
-            "finish_reason": finish_reason,
-        }
-
-    def delta(
-        self, index: int, text: str | None, finish_reason: str | None, logprobs: dict | None = None
-    ) -> dict:
-        delta = {} if text is None else {"content": text}
-        return {
-            "index": index,
-            "delta": delta,
-            "logprobs": logprobs,
-            "finish_reason": finish_reason,
-        }
-
-    def opening(self, n: int, echo: str) -> list[dict]:
-        """A chat stream first announces the assistant's role, in every choice."""
-        role = {"role": "assistant", "content": ""}
-        return [
-            {"index": i, "delta": role, "logprobs": None, "finish_reason": None} for i in range(n)
-        ]
-
-    def logprobs_json(
-        self, tokens: Sequence[tuple[int, TokenLogprobs]], tokenizer: Tokenizer, text_offset: int
-    ) -> tuple[dict, int]:
-        return chat_logprobs(tokens, tokenizer), text_offset

@@ -12,8 +12,9 @@ completion objects and streamed chunks, and one error body for every error,
 ``{"error": {"message", "type", "param", "code"}}``.
 
 >>> document = openapi_document("tiny")
->>> sorted(document["paths"])
-['/health', '/metrics', '/openapi.json', '/v1/chat/completions', '/v1/completions', '/v1/models']
+>>> sorted(document["paths"])  # doctest: +NORMALIZE_WHITESPACE
+['/detokenize', '/health', '/metrics', '/openapi.json', '/tokenize', '/v1/chat/completions',
+ '/v1/completions', '/v1/models', '/version']
 >>> sorted(document["paths"]["/v1/completions"]["post"]["responses"])
 ['200', '400', '401', '404', '408', '413', '415', '429', '503']
 """
@@ -26,7 +27,13 @@ from pydantic.json_schema import models_json_schema
 
 import llmserve_ref
 from llmserve_ref.engine.interface import FinishReason
-from llmserve_ref.serving.openai_requests import ChatCompletionRequest, CompletionRequest
+from llmserve_ref.serving.chat_requests import ChatCompletionRequest
+from llmserve_ref.serving.openai_requests import CompletionRequest
+from llmserve_ref.serving.tokenization import (
+    DetokenizeRequest,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+)
 
 REF = "#/components/schemas/{model}"
 
@@ -56,6 +63,9 @@ ERROR_HEADERS = {
 # What the generating routes can answer. Any route answers an unknown URL with 404 and a
 # wrong method with 405, so those two stand in the document's reusable responses too.
 GENERATE_ERRORS = ("400", "401", "404", "408", "413", "415", "429", "503")
+# What the tokenizer's routes can answer: outside /v1, they need no key (as in vLLM).
+TOKENIZE_ERRORS = ("400", "404", "408", "413", "415")
+TOKENIZER_REQUESTS = (TokenizeCompletionRequest, TokenizeChatRequest, DetokenizeRequest)
 
 _NULLABLE_STRING = {"type": ["string", "null"]}
 _TOKEN_COUNT = {"type": "integer", "minimum": 0}
@@ -120,6 +130,26 @@ SCHEMAS = {
         },
     },
     "FinishReason": {"enum": [reason.value for reason in FinishReason]},
+    "TokenizeResponse": {
+        "type": "object",
+        "properties": {
+            "count": _TOKEN_COUNT,
+            "max_model_len": {"type": "integer", "minimum": 1},
+            "tokens": {"type": "array", "items": _TOKEN_COUNT},
+            "token_strs": {"type": ["array", "null"], "items": {"type": "string"}},
+        },
+        "required": ["count", "max_model_len", "tokens", "token_strs"],
+    },
+    "DetokenizeResponse": {
+        "type": "object",
+        "properties": {"prompt": {"type": "string"}},
+        "required": ["prompt"],
+    },
+    "Version": {
+        "type": "object",
+        "properties": {"version": {"type": "string"}},
+        "required": ["version"],
+    },
     "ChatLogprobs": {
         "description": "Each generated token: its text, logprob and UTF-8 bytes, and the "
         "likeliest tokens at its position (as many as `top_logprobs` asked for).",
@@ -265,6 +295,20 @@ def _generate(summary: str, request: str, response: str) -> dict:
     }
 
 
+def _post(summary: str, requests: list[str], response: str) -> dict:
+    """A ``POST`` of the tokenizer's routes: JSON in (any of `requests`), JSON out."""
+    schema = {"anyOf": [{"$ref": REF.format(model=r)} for r in requests]}
+    responses = {"200": {"description": summary, "content": _json(response)}}
+    body = {"required": True, "content": {"application/json": {"schema": schema}}}
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": body,
+            "responses": responses | _errors(TOKENIZE_ERRORS),
+        }
+    }
+
+
 def _get(summary: str, content: dict, errors: tuple[str, ...] = ()) -> dict:
     """A ``GET`` that answers 200 with `content`, or one of `errors`."""
     responses = {"200": {"description": summary, "content": content}, **_errors(errors)}
@@ -273,12 +317,15 @@ def _get(summary: str, content: dict, errors: tuple[str, ...] = ()) -> dict:
 
 def openapi_document(model: str) -> dict:
     """The OpenAPI 3.1 document of a server serving `model` (a JSON-ready dict)."""
+    generating, tokenizing = (CompletionRequest, ChatCompletionRequest), TOKENIZER_REQUESTS
     _, requests = models_json_schema(
-        [(CompletionRequest, "validation"), (ChatCompletionRequest, "validation")],
-        ref_template=REF,
+        [(r, "validation") for r in (*generating, *tokenizing)], ref_template=REF
     )
-    for name in ("CompletionRequest", "ChatCompletionRequest"):  # any other model is a 404
-        requests["$defs"][name]["properties"]["model"] = {"type": "string", "enum": [model]}
+    for r in generating:  # any other model is a 404
+        requests["$defs"][r.__name__]["properties"]["model"] = {"type": "string", "enum": [model]}
+    for schema in tokenizing:  # the tokenizer's routes may leave the model out, as vLLM's do
+        named = {"anyOf": [{"type": "string", "enum": [model]}, {"type": "null"}]}
+        requests["$defs"][schema.__name__]["properties"]["model"] = named
     models = _model_list(model)
     health = {"type": "object", "properties": {"status": {"const": "ok"}}, "required": ["status"]}
     return {
@@ -307,6 +354,15 @@ def openapi_document(model: str) -> dict:
             "/openapi.json": _get(
                 "This document.", {"application/json": {"schema": {"type": "object"}}}
             ),
+            "/tokenize": _post(
+                "vLLM's: a prompt's or a chat's token ids, as the server counts them.",
+                ["TokenizeCompletionRequest", "TokenizeChatRequest"],
+                "TokenizeResponse",
+            ),
+            "/detokenize": _post(
+                "vLLM's: the text token ids decode to.", ["DetokenizeRequest"], "DetokenizeResponse"
+            ),
+            "/version": _get("The server's version.", _json("Version")),
         },
         "components": {
             "schemas": {**requests["$defs"], **SCHEMAS},

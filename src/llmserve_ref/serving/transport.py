@@ -28,10 +28,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
-from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 
 class GracefulServer(uvicorn.Server):
@@ -95,30 +95,53 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-class HeaderTimeout(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
-    """uvicorn's HTTP protocol, closing a connection whose request headers take too long.
+def http_protocols() -> dict[str, type[asyncio.Protocol]]:
+    """uvicorn's HTTP/1.1 implementations installed here, by the name its ``--http`` takes:
+    ``h11`` (pure Python, always there) and ``httptools`` (llhttp's C parser, with
+    ``uvicorn[standard]``, which vLLM and SGLang install)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    protocols: dict[str, type[asyncio.Protocol]] = {"h11": H11Protocol}
+    with contextlib.suppress(ImportError):
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        protocols["httptools"] = HttpToolsProtocol
+    return protocols
+
+
+class HeaderTimeout(asyncio.Protocol):
+    """Added to uvicorn's HTTP protocol: close a connection whose request headers take too long.
 
     uvicorn closes a keep-alive connection that stays idle, but one byte every few
     seconds is not idle: a client sending its headers slowly (slowloris) would hold a
     connection forever. The clock starts when the connection opens and again after each
     response; a request's complete headers stop it. `header_timeout_s` is set per server
-    (`uvicorn_config`).
+    (`uvicorn_config`), which puts this class in front of h11's or httptools' protocol.
+
+    It reads what both of uvicorn's protocols keep (`UVICORN_INTERNALS`: the request in
+    progress, its event loop and its transport) and hooks their ``on_response_complete``:
+    uvicorn's internals, not its API, so tests/serving/test_transport.py checks them on
+    each protocol and fails, naming what moved, when a uvicorn release changes them.
     """
 
     header_timeout_s: float  # set per server by `uvicorn_config`
     _timer: asyncio.TimerHandle | None = None
+    # uvicorn's, set by its protocol's __init__ and connection_made:
+    cycle: Any  # the request in progress (None before the first), with `response_complete`
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._arm()
 
     def data_received(self, data: bytes) -> None:
-        super().data_received(data)
+        super().data_received(data)  # h11's or httptools'
         if self._in_request():
             self._disarm()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        super().on_response_complete()  # type: ignore[misc]  # h11's or httptools'
         if not self._in_request():  # a pipelined request may already have started
             self._arm()
 
@@ -143,14 +166,41 @@ class HeaderTimeout(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
             self.transport.close()
 
 
+UVICORN_INTERNALS = ("cycle", "loop", "transport", "on_response_complete")
+
+
 def uvicorn_config(
-    app: ASGIApp, header_timeout_s: float, shutdown_grace: float, log_level: str
+    app: ASGIApp,
+    header_timeout_s: float,
+    shutdown_grace: float,
+    log_level: str,
+    http: str = "h11",
+    loop: str = "asyncio",
 ) -> uvicorn.Config:
-    """uvicorn's settings for an app: the header timeout, and time to drain on shutdown."""
-    protocol = type("HeaderTimeout", (HeaderTimeout,), {"header_timeout_s": header_timeout_s})
+    """uvicorn's settings for an app: the header timeout on the HTTP protocol `http` (as
+    uvicorn's ``--http``), the event `loop` (as its ``--loop``), and time to drain on
+    shutdown.
+
+    h11 on asyncio's loop unless asked otherwise, even where httptools and uvloop are
+    installed (uvicorn's ``auto`` would take them): h11 refuses request headers past its
+    16 KiB event limit with 400, and httptools accepts any size (both checked by
+    tests/serving/test_transport.py). Nor did httptools on uvloop, what
+    ``uvicorn[standard]`` adds, pay here: benchmarks/engine.py measures both stacks side
+    by side, and their HTTP/in-process ratios differ by less than the spread between runs.
+    """
+    protocols = http_protocols()
+    if http not in protocols:
+        raise ValueError(
+            f"HTTP protocol {http!r} is not installed here; choose one of {sorted(protocols)} "
+            "(httptools comes with `pip install 'uvicorn[standard]'`)."
+        )
+    protocol = type(
+        "HeaderTimeout", (HeaderTimeout, protocols[http]), {"header_timeout_s": header_timeout_s}
+    )
     return uvicorn.Config(
         app,
         http=protocol,
+        loop=loop,
         log_level=log_level,
         lifespan="off",
         timeout_graceful_shutdown=math.ceil(shutdown_grace) + 5,
