@@ -12,7 +12,10 @@ next request when the last one ends. For each C:
    request per step). Hugging Face's `generate` on the same weights serves one request at
    a time, so it is measured once, at C = 1, and that is its throughput at any C.
 2. **HTTP**: ``llmserve-ref bench`` (`llmserve_ref.bench.bench_client`) against
-   ``llmserve-ref serve`` (the batched engine, on a thread of this process).
+   ``llmserve-ref serve`` (the batched engine, on a thread of this process), on each of
+   uvicorn's stacks in turn, one server at a time: h11 on asyncio's event loop (plain
+   ``uvicorn``, what ``llmserve-ref serve`` runs) and httptools on uvloop
+   (``uvicorn[standard]``, what vLLM and SGLang install).
 
 Output tokens per second and the median time to first token, then the ratios the targets
 are stated in. Real vLLM is measured beside our server by ``nox -s engines``, with vLLM's
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass
@@ -114,18 +118,23 @@ def hf_generate(work: list[list[int]]) -> Measured:
     return Measured(tokens / (time.perf_counter() - start), statistics.median(ttfts) * 1e3)
 
 
+# uvicorn's HTTP protocol and event loop: plain uvicorn's, and uvicorn[standard]'s.
+STACKS = {"h11/asyncio": ("h11", "asyncio"), "httptools/uvloop": ("httptools", "uvloop")}
+
+
 def http(url: str, users: int, requests: int) -> Measured:
     config = BenchConfig(
         url,
-        concurrency=users,
-        num_requests=requests,
-        warmup=min(users, 4),
-        prompt_len=Fixed(PROMPT_LEN),
+        max_concurrency=users,
+        num_prompts=requests,
+        num_warmups=min(users, 4),
+        input_len=Fixed(PROMPT_LEN),
         output_len=Fixed(OUTPUT_LEN),
+        ignore_eos=True,
         extra_body={"temperature": 0.0},
     )
     s = run(config).summary()
-    assert s.failed == 0 and s.output_tokens == requests * OUTPUT_LEN, s
+    assert s.failed == 0 and s.total_output_tokens == requests * OUTPUT_LEN, s
     return Measured(s.output_throughput, s.ttft.median * 1e3)
 
 
@@ -146,25 +155,31 @@ def main() -> None:
     )
     hf = hf_generate(prompts(batched, 8, seed=1))
     rows: dict[int, dict[str, Measured]] = {}
-    with serve_in_thread("tiny", engine=batched) as server:
+    with contextlib.ExitStack() as servers:  # both listen; one is measured at a time
+        urls = {
+            stack: servers.enter_context(
+                serve_in_thread("tiny", engine=batched, http=protocol, loop=event_loop)
+            ).url
+            for stack, (protocol, event_loop) in STACKS.items()
+        }
         asyncio.run(closed_loop(batched, prompts(batched, 8, seed=2), 4))  # warm-up
         asyncio.run(closed_loop(loop, prompts(loop, 4, seed=2), 4))
+        for url in urls.values():
+            http(url, 4, 8)
         for users in args.concurrency:
             requests = max(8, users * args.requests_per_user)
             work = prompts(batched, requests, seed=users)
             rows[users] = {
                 "batched": asyncio.run(closed_loop(batched, work, users)),
                 "loop": asyncio.run(closed_loop(loop, work, users)),
-                "HTTP": http(server.url, users, requests),
+                **{stack: http(url, users, requests) for stack, url in urls.items()},
             }
     loop.close()
-    head = (
-        f"{'users':>5} | {'batched':>17} | {'LoopEngine':>17} | {'HF generate':>17} | "
-        f"{'HTTP (batched)':>17}"
-    )
-    print(head + "\n" + f"{'':>5} | " + " | ".join([f"{'tok/s':>8} {'TTFT ms':>8}"] * 4))
+    columns = ["batched", "LoopEngine", "HF generate", *(f"HTTP {s}" for s in STACKS)]
+    print(f"{'users':>5} | " + " | ".join(f"{c:>17}" for c in columns))
+    print(f"{'':>5} | " + " | ".join([f"{'tok/s':>8} {'TTFT ms':>8}"] * len(columns)))
     for users, r in rows.items():
-        cells = [r["batched"], r["loop"], hf, r["HTTP"]]
+        cells = [r["batched"], r["loop"], hf, *(r[s] for s in STACKS)]
         print(
             f"{users:>5} | " + " | ".join(f"{m.tokens_per_s:8.0f} {m.ttft_ms:8.1f}" for m in cells)
         )
@@ -173,8 +188,8 @@ def main() -> None:
         b = r["batched"].tokens_per_s
         print(
             f"  {users:>3} users: batched / LoopEngine {b / r['loop'].tokens_per_s:5.2f}x, "
-            f"batched / HF generate {b / hf.tokens_per_s:5.2f}x, "
-            f"HTTP / in-process {r['HTTP'].tokens_per_s / b:4.2f}x"
+            f"batched / HF generate {b / hf.tokens_per_s:5.2f}x, HTTP / in-process "
+            + ", ".join(f"{s} {r[s].tokens_per_s / b:4.2f}x" for s in STACKS)
         )
     if 16 in rows:
         r = rows[16]
@@ -182,7 +197,9 @@ def main() -> None:
         print(
             verdict("batched / LoopEngine", r["batched"].tokens_per_s / r["loop"].tokens_per_s, 5.0)
         )
-        print(verdict("HTTP / in-process", r["HTTP"].tokens_per_s / r["batched"].tokens_per_s, 0.9))
+        for stack in STACKS:
+            ratio = r[stack].tokens_per_s / r["batched"].tokens_per_s
+            print(verdict(f"HTTP ({stack}) / in-process", ratio, 0.9))
 
 
 if __name__ == "__main__":

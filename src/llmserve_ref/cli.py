@@ -7,7 +7,8 @@
                        [--api-key KEY] [--allowed-origins JSON_LIST]
                        [--max-request-bytes BYTES] [--max-stop-strings N] [--max-stop-chars N]
                        [--max-pending-seqs N] [--header-timeout S] [--body-timeout S]
-    llmserve-ref bench [--base-url URL] [--concurrency N | --request-rate R] ...
+    llmserve-ref bench [--base-url URL] [--max-concurrency N] [--request-rate R] ...
+    llmserve-ref --version     # the release and the package's content hash
 
 A subcommand's function adds an argparse subparser and sets ``run`` to the
 function that does the work; `main` parses and calls it. Only the standard library
@@ -88,17 +89,32 @@ def origins(text: str) -> list[str]:
     return value
 
 
+class HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's formatter that ends each option's help with its default, except where the
+    help states the default in its own words: ``--api-key``'s comes from the environment and
+    is a secret, which ``--help`` must not print."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.help and "default" in action.help:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def add_serve(commands: argparse._SubParsersAction) -> None:
     from llmserve_ref.model.weights import MODEL_DIRS
 
-    parser = commands.add_parser("serve", help="serve a tiny model over the OpenAI API")
+    parser = commands.add_parser(
+        "serve", help="serve a tiny model over the OpenAI API", formatter_class=HelpWithDefaults
+    )
     parser.add_argument(
         "--model",
         choices=sorted(MODEL_DIRS),
         default="tiny",
         help="tiny (the target model) or tiny-draft",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: local only)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind; 127.0.0.1: local only"
+    )
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument(
         "--shutdown-grace",
@@ -107,7 +123,12 @@ def add_serve(commands: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="on SIGINT/SIGTERM, how long in-flight requests may still run",
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning"],
+        help="the server's log level (uvicorn's)",
+    )
     parser.add_argument(
         "--engine",
         choices=["batched", "loop"],
@@ -125,17 +146,33 @@ def add_engine_flags(group: argparse._ArgumentGroup) -> None:
     from llmserve_ref.engine.engine_config import EngineConfig
 
     defaults = EngineConfig()
-    group.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs)
     group.add_argument(
-        "--max-num-batched-tokens", type=int, default=defaults.max_num_batched_tokens
+        "--max-num-seqs",
+        type=int,
+        default=defaults.max_num_seqs,
+        help="sequences running at once, at most",
     )
-    group.add_argument("--block-size", type=int, default=defaults.block_size)
+    group.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=defaults.max_num_batched_tokens,
+        help="tokens in one forward pass (the token budget)",
+    )
+    group.add_argument(
+        "--block-size", type=int, default=defaults.block_size, help="tokens per KV cache block"
+    )
     group.add_argument(
         "--enable-prefix-caching",
         action=argparse.BooleanOptionalAction,
         default=defaults.enable_prefix_caching,
+        help="reuse the KV blocks of a prompt prefix seen before",
     )
-    group.add_argument("--max-model-len", type=int, default=None)
+    group.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="prompt and output tokens of one sequence; None: the model's max_position_embeddings",
+    )
     group.add_argument(
         "--kv-cache-memory-bytes",
         type=memory_bytes,
@@ -157,7 +194,7 @@ def add_access_flags(group: argparse._ArgumentGroup) -> None:
         type=origins,
         default=[],
         help="web origins whose pages may call the server from a browser (CORS), as vLLM "
-        """takes them: a JSON list, e.g. '["https://app.example"]'; default none""",
+        """takes them: a JSON list, e.g. '["https://app.example"]'; []: none""",
     )
 
 
@@ -166,9 +203,24 @@ def add_limit_flags(group: argparse._ArgumentGroup) -> None:
     from llmserve_ref.serving.limits import Limits
 
     defaults = Limits()
-    group.add_argument("--max-request-bytes", type=memory_bytes, default=defaults.max_request_bytes)
-    group.add_argument("--max-stop-strings", type=int, default=defaults.max_stop_strings)
-    group.add_argument("--max-stop-chars", type=int, default=defaults.max_stop_chars)
+    group.add_argument(
+        "--max-request-bytes",
+        type=memory_bytes,
+        default=defaults.max_request_bytes,
+        help="a request's JSON body, e.g. 1048576 or 1MiB; larger: 413",
+    )
+    group.add_argument(
+        "--max-stop-strings",
+        type=int,
+        default=defaults.max_stop_strings,
+        help="stop strings in one request",
+    )
+    group.add_argument(
+        "--max-stop-chars",
+        type=int,
+        default=defaults.max_stop_chars,
+        help="characters in one stop string",
+    )
     group.add_argument(
         "--max-pending-seqs",
         type=int,
@@ -176,10 +228,18 @@ def add_limit_flags(group: argparse._ArgumentGroup) -> None:
         help="sequences running or waiting; beyond it, 429 with Retry-After",
     )
     group.add_argument(
-        "--header-timeout", type=float, default=defaults.header_timeout_s, metavar="SECONDS"
+        "--header-timeout",
+        type=float,
+        default=defaults.header_timeout_s,
+        metavar="SECONDS",
+        help="from connecting (or the last response) to a request's full headers",
     )
     group.add_argument(
-        "--body-timeout", type=float, default=defaults.body_timeout_s, metavar="SECONDS"
+        "--body-timeout",
+        type=float,
+        default=defaults.body_timeout_s,
+        metavar="SECONDS",
+        help="from a request's full headers to its full body",
     )
 
 
@@ -252,7 +312,15 @@ SUBCOMMANDS = [add_serve, add_bench]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import llmserve_ref
+
     parser = argparse.ArgumentParser(prog="llmserve-ref", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {llmserve_ref.__version__}",
+        help="print the version, the release and the package's content hash, and exit",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     for add in SUBCOMMANDS:
         add(commands)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmserve_ref.bench.bench_client import BenchConfig, prompted_specs
 from llmserve_ref.bench.bench_harness import Point, median_ratio, run_grid, spread, table
+from llmserve_ref.bench.bench_result import SavedResult
 
 
 def point(seed: int, throughput: float) -> Point:
@@ -27,7 +28,7 @@ def test_runs_alternate_servers_at_each_load_and_never_share_a_seed():
 
 def test_a_fresh_seed_is_a_fresh_set_of_prompts():
     """What makes the harness's runs fresh: our client's prompts depend on the seed."""
-    config = BenchConfig("http://x", concurrency=1, num_requests=8)
+    config = BenchConfig("http://x", max_concurrency=1, num_prompts=8)
     prompts = [
         {text for _, text in prompted_specs(BenchConfig(**{**vars(config), "seed": seed}))}
         for seed in range(1, 13)
@@ -46,3 +47,26 @@ def test_the_table_gives_min_median_max_and_the_ratio_of_medians():
     lines = table(grid, ours="ours", theirs="vLLM").splitlines()
     assert lines[1].split()[:3] == ["16", "vLLM", "100-200-300"]
     assert lines[2].split()[:3] == ["16", "ours", "100-150-400"] and lines[2].endswith("0.75")
+
+
+def test_a_point_reads_a_result_in_vllms_format():
+    """What `vllm bench serve --save-detailed` returns: a failed request has length 0 and a
+    message, a successful one its length and an empty message."""
+    saved = SavedResult.of(
+        {
+            "duration": 2.0,
+            "completed": 2,
+            "failed": 1,
+            "total_input_tokens": 64,
+            "total_output_tokens": 64,
+            "request_throughput": 1.0,
+            "request_goodput": None,
+            "output_throughput": 32.0,
+            "total_token_throughput": 64.0,
+            "median_ttft_ms": 12.5,
+            "median_tpot_ms": 2.5,
+            "output_lens": [32, 0, 32],
+            "errors": ["", "Bad Request", ""],
+        }
+    )
+    assert Point.of(7, saved) == Point(7, 2, 1, (32, 32), 32.0, 12.5, 2.5, ("Bad Request",))

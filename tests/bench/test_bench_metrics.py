@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -16,7 +15,6 @@ from llmserve_ref.bench.bench_metrics import (
     format_table,
     plot_cdfs,
     summarize,
-    to_json,
 )
 from llmserve_ref.planning.slo import SLO
 
@@ -85,17 +83,28 @@ def test_stats_percentiles_interpolate_like_numpy():
     values = [float(v) for v in range(1, 101)]
     s = Stats.of(values)
     assert (s.count, s.mean, s.median) == (100, 50.5, 50.5)
-    assert s.p90 == pytest.approx(90.1)
-    assert s.p99 == pytest.approx(99.01)
+    assert list(s.percentiles) == [90, 95, 99]
+    assert s.percentiles[90] == pytest.approx(90.1)
+    assert s.percentiles[99] == pytest.approx(99.01)
+    assert Stats.of(values, percentiles=(25, 99.9)).percentiles[99.9] == pytest.approx(99.901)
     assert Stats.of([math.nan, 3.0]).count == 1
-    assert math.isnan(Stats.of([]).mean)
+    empty = Stats.of([])
+    assert math.isnan(empty.mean) and math.isnan(empty.std) and math.isnan(empty.percentiles[99])
+
+
+def test_std_is_numpys_of_the_values_as_vllms():
+    """vLLM reports np.std: the deviation of the values (ddof 0), not of a sample."""
+    assert Stats.of([1.0, 3.0]).std == 1.0
+    assert Stats.of([2.0]).std == 0.0
 
 
 @given(st.lists(st.floats(0, 10, allow_nan=False), min_size=1, max_size=50))
 def test_stats_are_ordered(values):
     s = Stats.of(values)
-    assert min(values) <= s.median <= s.p90 <= s.p95 <= s.p99 <= max(values)
+    p90, p95, p99 = s.percentiles.values()
+    assert min(values) <= s.median <= p90 <= p95 <= p99 <= max(values)
     assert s.median == pytest.approx(float(np.median(values)))
+    assert s.std == pytest.approx(float(np.std(values)))
 
 
 def test_pooled_itl_weights_long_requests_more_than_per_request_mean():
@@ -119,25 +128,26 @@ def test_summary_counts_throughput_errors_and_goodput():
     )
     assert (s.completed, s.failed, s.short) == (3, 2, 1)
     assert s.errors == {"HTTP 500: boom": 1, "no content in the response": 1}
-    assert (s.prompt_tokens, s.output_tokens) == (60, 8)
+    assert (s.total_input_tokens, s.total_output_tokens) == (60, 8)
     assert s.request_throughput == pytest.approx(1.5)
     assert s.output_throughput == pytest.approx(4.0)
-    assert s.total_throughput == pytest.approx(34.0)
-    assert s.goodput == pytest.approx(1.0)  # good and short meet the SLO; slow_first does not
+    assert s.total_token_throughput == pytest.approx(34.0)
+    # good and short meet the SLO; slow_first does not
+    assert s.request_goodput == pytest.approx(1.0)
     table = format_table(s)
     assert "error x1: HTTP 500: boom" in table
     assert "1 requests stopped before max_tokens" in table
-    assert "goodput" in table
+    assert "request goodput" in table
 
 
-def test_json_is_standard_and_complete():
-    records = [record(0, 0.0, [0.1]), RequestRecord(1, 0.0, 0.0, error="boom")]
-    s = summarize(records, duration=1.0)
-    document = json.loads(to_json(s, records, {"concurrency": 1}))
-    assert set(document) == {"config", "summary", "requests"}
-    assert document["summary"]["tpot"]["mean"] is None  # NaN becomes null
-    assert document["requests"][1]["error"] == "boom"
-    assert "NaN" not in to_json(s, records, {})
+def test_the_table_shows_the_metrics_and_percentiles_asked_for():
+    records = [record(i, 0.0, [0.1 + 0.01 * i, 0.12 + 0.01 * i]) for i in range(4)]
+    s = summarize(records, duration=1.0, percentiles=(50, 99.9))
+    lines = format_table(s, metrics=("ttft", "client_queue_time")).splitlines()
+    assert lines[-3].split()[-5:] == ["mean", "median", "std", "p50", "p99.9"]
+    assert lines[-2].startswith("TTFT") and lines[-1].startswith("client queue time")
+    ttft = [float(v) for v in lines[-2].split()[1:]]
+    assert ttft == pytest.approx([115.0, 115.0, 11.2, 115.0, 130.0], abs=0.05)
 
 
 def test_plot_has_four_cdfs():

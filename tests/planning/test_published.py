@@ -109,11 +109,67 @@ SOURCES = {
     ("PAGED_ATTENTION_PAPER", "best_block_size_low"): ("block sizes from 16 to 128", "16"),
     ("PAGED_ATTENTION_PAPER", "best_block_size_high"): ("block sizes from 16 to 128", "128"),
 }
-VERSIONS = {"VLLM": "0.32.0", "VLLM_BLOCK_SIZES": "0.32.0"}
+# vLLM's histogram bucket edges, as vllm/v1/metrics/buckets.py (0.32.0) lists them.
+VLLM_BUCKETS = {
+    "request_latency": (
+        "REQUEST_LATENCY_BUCKETS",
+        "(0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, "
+        "120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)",
+    ),
+    "time_to_first_token": (
+        "TIME_TO_FIRST_TOKEN_BUCKETS",
+        "(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, "
+        "7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)",
+    ),
+    "inter_token_latency": (
+        "INTER_TOKEN_LATENCY_BUCKETS",
+        "(0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, "
+        "10.0, 20.0, 40.0, 80.0)",
+    ),
+    "iteration_tokens": (
+        "ITERATION_TOKENS_BUCKETS",
+        "(1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)",
+    ),
+    "request_params_n": ("REQUEST_PARAMS_N_BUCKETS", "(1, 2, 5, 10, 20)"),
+    "request_num_preemptions": ("REQUEST_NUM_PREEMPTIONS_BUCKETS", "(1, 2, 3, 4, 5, 10, 20)"),
+}
+SOURCES |= {
+    ("VLLM_METRIC_BUCKETS", field): (f"vllm/v1/metrics/buckets.py: {name} = {edges}", edges)
+    for field, (name, edges) in VLLM_BUCKETS.items()
+}
+
+# `vllm bench serve`'s defaults, as vllm/benchmarks/serve.py and datasets/datasets.py (0.32.0)
+# write them.
+VLLM_BENCH_SERVE = {
+    "num_prompts": ("DEFAULT_NUM_PROMPTS = 1000", "1000"),
+    "dataset_name": ('"--dataset-name", type=str, default="random"', "random"),
+    "random_input_len": ('"--random-input-len", type=int, default=1024', "1024"),
+    "random_output_len": ('"--random-output-len", type=int, default=128', "128"),
+    "num_warmups": ('"--num-warmups", type=int, default=0', "0"),
+    "metric_percentile": ('"--metric-percentiles", type=str, default="99"', "99"),
+    "percentile_metrics": ('default_percentile_metrics = "ttft,tpot,itl"', "ttft,tpot,itl"),
+    "ignore_eos_action": ('"--ignore-eos", action="store_true"', "store_true"),
+    "ignore_eos_dataset": (
+        'if args.dataset_name in ("random", "random-mm") and args.backend in '
+        "OPENAI_COMPATIBLE_BACKENDS: args.ignore_eos = True",
+        "random",
+    ),
+}
+SOURCES |= {("VLLM_BENCH_SERVE", field): source for field, source in VLLM_BENCH_SERVE.items()}
+
+VERSIONS = {
+    "VLLM": "0.32.0",
+    "VLLM_BLOCK_SIZES": "0.32.0",
+    "VLLM_METRIC_BUCKETS": "0.32.0",
+    "VLLM_BENCH_SERVE": "0.32.0",
+}
 
 
-def read(figure: str) -> float | str:
-    """A figure as the package keeps it: "3,958" is 3958, "20.4%" is 0.204; words stay."""
+def read(figure: str) -> float | str | tuple[float, ...]:
+    """A figure as the package keeps it: "3,958" is 3958, "20.4%" is 0.204, "(1, 2.5)" is a
+    tuple of numbers (a source's list of bucket edges); words stay."""
+    if figure.startswith("(") and figure.endswith(")"):
+        return tuple(float(x) for x in figure[1:-1].split(", "))
     number = figure.replace(",", "").removesuffix("%")
     try:
         value = float(number)
@@ -131,7 +187,7 @@ def instances() -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize(("instance", "field"), list(SOURCES), ids="{0[0]}.{0[1]}".format)
+@pytest.mark.parametrize(("instance", "field"), list(SOURCES), ids=[f"{i}.{f}" for i, f in SOURCES])
 def test_each_fact_is_what_its_source_prints(instance, field):
     words, figure = SOURCES[instance, field]
     assert figure in words  # the figure as printed, in its context

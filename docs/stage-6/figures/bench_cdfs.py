@@ -13,11 +13,12 @@ def figure() -> Figure:
     with serve_in_thread("tiny") as server:
         config = BenchConfig(
             server.url,
-            concurrency=4,
-            num_requests=8,
-            prompt_len=Fixed(32),
+            max_concurrency=4,
+            num_prompts=8,
+            input_len=Fixed(32),
             output_len=Fixed(16),
-            warmup=4,
+            ignore_eos=True,
+            num_warmups=4,
         )
         result = run(config)
     fig = plot_cdfs(result.records)

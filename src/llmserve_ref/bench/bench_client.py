@@ -1,14 +1,17 @@
 """A benchmark client for OpenAI-compatible streaming endpoints: load, timelines, report.
 
-It sends streamed requests to ``/v1/completions`` or ``/v1/chat/completions`` in
-one of two load shapes:
+It sends streamed requests to ``/v1/completions`` (backend ``openai``) or
+``/v1/chat/completions`` (``openai-chat``), in the load shapes of `vllm bench serve`,
+set by the same two knobs:
 
-- **closed loop** (`concurrency`): that many users, each sending its next request
-  when its previous one finished. The server's speed sets the pace.
-- **open loop** (`request_rate`): requests are due at the times of a gamma
-  renewal process (Poisson for ``burstiness=1``, from `llmserve_ref.planning.workload`)
-  and are sent on schedule whether or not earlier ones have finished, unless
-  `max_concurrency` holds them back in the client.
+- `request_rate` (requests/s): requests are due at the times of a gamma renewal
+  process (Poisson for ``burstiness=1``, from `llmserve_ref.planning.workload`) and
+  are sent on schedule whether or not earlier ones have finished: an **open loop**.
+  The default, ``inf``, makes every request due at once.
+- `max_concurrency`: at most this many requests in flight; the others wait in the
+  client for a free slot. With no request rate (``inf``) this is a **closed loop** of
+  that many users, each sending its next request when its previous one finished: the
+  server's speed sets the pace.
 
 Each request records when it was due, when it was sent and when each chunk with
 text arrived; `llmserve_ref.bench.bench_metrics` turns those timelines into TTFT, TPOT,
@@ -22,32 +25,35 @@ timestamped the moment it is read, nothing is validated into objects on the way,
 and fields a server adds (such as llama.cpp's ``timings``) stay visible.
 
 Prompts are slices of the project's held-out stories, cut to an exact number of
-tokens of the tiny models' tokenizer; against another model the counts are
-close, and the usage chunk reports the true ones. ``ignore_eos: true`` asks the
-server not to stop at its end token (vLLM, SGLang and llama.cpp honour it); a
-server that stops early anyway returns fewer tokens than `max_tokens`, which the
-summary counts as "stopped before max_tokens".
+tokens of the tiny models' tokenizer, like the random prompts of `vllm bench serve
+--dataset-name random`; against another model the counts are close, and the usage
+chunk reports the true ones. ``ignore_eos: true`` asks the server not to stop at its
+end token (vLLM, SGLang and llama.cpp honour it), on by default as vLLM's random
+dataset turns it on; a server that stops early anyway returns fewer tokens than
+`max_tokens`, which the summary counts as "stopped before max_tokens".
 
 The command ``llmserve-ref bench`` (its flags and its report) is
-`llmserve_ref.bench.bench_cli`.
+`llmserve_ref.bench.bench_cli`; the result file it saves is
+`llmserve_ref.bench.bench_result`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import math
-import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TextIO
+from typing import Literal
 
 import httpx
 import numpy as np
 
 from llmserve_ref.bench.bench_metrics import (
+    PERCENTILES,
     Origin,
     RequestRecord,
     Summary,
@@ -67,25 +73,31 @@ from llmserve_ref.planning.workload import (
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """What to send, where, and in which load shape.
+    """What to send, where, and in which load shape, named as `vllm bench serve` names it.
 
-    Give `concurrency` for a closed loop or `request_rate` (requests/s) for an open
-    loop. The run ends after `num_requests` requests or, if `duration` is set,
-    once no new request is due before `duration` seconds (in-flight ones finish).
-    The `warmup` requests go first, all at once, and are not recorded.
+    `request_rate` (default ``inf``: all at once) and `max_concurrency` set the load;
+    both of them unset is every request at once, `max_concurrency` alone a closed loop
+    of that many users. The run ends after `num_prompts` requests or, if `duration` is
+    set, once no new request is due before `duration` seconds (in-flight ones finish).
+    The `num_warmups` requests go first, all at once, and are not recorded. `model`
+    None is the first model the server lists. `extra_body` is merged into every
+    request (sampling parameters such as ``temperature`` go there, as in vLLM).
+
+    >>> BenchConfig("http://127.0.0.1:8000", backend="openai-chat").path
+    '/v1/chat/completions'
     """
 
     base_url: str
-    endpoint: Literal["completions", "chat"] = "completions"
-    model: str = "tiny"
-    num_requests: int | None = 100
+    backend: Literal["openai", "openai-chat"] = "openai"
+    endpoint: str | None = None  # the API path; None: the backend's usual one
+    model: str | None = None
+    num_prompts: int | None = 100
     duration: float | None = None
-    concurrency: int | None = None
-    request_rate: float | None = None
+    request_rate: float = math.inf
     burstiness: float = 1.0
     max_concurrency: int | None = None
-    warmup: int = 0
-    prompt_len: Lengths = field(default_factory=lambda: Fixed(32))
+    num_warmups: int = 0
+    input_len: Lengths = field(default_factory=lambda: Fixed(32))
     output_len: Lengths = field(default_factory=lambda: Fixed(32))
     ignore_eos: bool = True
     seed: int = 0
@@ -94,12 +106,28 @@ class BenchConfig:
     extra_body: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if (self.concurrency is None) == (self.request_rate is None):
-            raise ValueError("give exactly one of concurrency (closed loop) and request_rate")
-        if self.num_requests is None and self.duration is None:
-            raise ValueError("give num_requests, duration, or both")
-        if self.num_requests is None and self.request_rate == math.inf:
-            raise ValueError("an infinite request rate sends everything at once: give num_requests")
+        if not self.request_rate > 0:
+            raise ValueError(f"request_rate must be positive, not {self.request_rate}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be greater than 0")
+        if self.num_prompts is None and self.duration is None:
+            raise ValueError("give num_prompts, duration, or both")
+        if self.num_prompts is None and self.users is None and math.isinf(self.request_rate):
+            raise ValueError("an infinite request rate sends everything at once: give num_prompts")
+        suffix = "chat/completions" if self.backend == "openai-chat" else "completions"
+        if not self.path.endswith(suffix):
+            raise ValueError(f"the {self.backend} backend's endpoint must end with {suffix}")
+
+    @property
+    def path(self) -> str:
+        """The API path requests go to."""
+        default = "/v1/chat/completions" if self.backend == "openai-chat" else "/v1/completions"
+        return self.endpoint or default
+
+    @property
+    def users(self) -> int | None:
+        """The closed loop's number of users: `max_concurrency` without a request rate."""
+        return self.max_concurrency if math.isinf(self.request_rate) else None
 
 
 @functools.cache
@@ -127,20 +155,20 @@ def make_prompt(num_tokens: int, rng: np.random.Generator) -> str:
 
 def request_specs(config: BenchConfig) -> Iterator[RequestSpec]:
     """The run's requests in order, as many as asked (unbounded in duration mode)."""
-    rate = math.inf if config.request_rate is None else config.request_rate
+    rate = config.request_rate
     offset, block = 0.0, 0
     while True:
         batch = sample_workload(
             1024,
             rate,
-            config.prompt_len,
+            config.input_len,
             config.output_len,
             burstiness=config.burstiness,
             seed=config.seed + block,
         )
         for spec in batch:
             index = block * 1024 + int(spec.request_id)
-            if config.num_requests is not None and index >= config.num_requests:
+            if config.num_prompts is not None and index >= config.num_prompts:
                 return
             arrival = offset + spec.arrival_time
             if config.duration is not None and arrival > config.duration:
@@ -157,7 +185,7 @@ def _payload(config: BenchConfig, prompt: str, max_tokens: int) -> dict:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    if config.endpoint == "chat":
+    if config.backend == "openai-chat":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
@@ -201,20 +229,17 @@ async def send_request(
     which names the role and carries no text, and the usage chunk do not.
     Failures are recorded with their message, never raised.
     """
-    path = "/v1/chat/completions" if config.endpoint == "chat" else "/v1/completions"
     record = RequestRecord(
         int(spec.request_id),
         scheduled,
         time.perf_counter() - t0,
+        prompt_tokens=spec.prompt_len,  # until the usage chunk says otherwise
         max_tokens=spec.output_len,
         usage_reported=False,
     )
     try:
-        async with client.stream(
-            "POST",
-            path,
-            json=_payload(config, prompt, spec.output_len),
-        ) as response:
+        payload = _payload(config, prompt, spec.output_len)
+        async with client.stream("POST", config.path, json=payload) as response:
             if response.status_code != 200:
                 body = (await response.aread()).decode(errors="replace")
                 record.error = f"HTTP {response.status_code}: {body[:200]}"
@@ -242,42 +267,6 @@ async def send_request(
 # --8<-- [end:request]
 
 
-class Progress:
-    """A one-line progress bar on a stream (stderr by default), redrawn at most 10 times a second.
-
-    >>> import io
-    >>> out = io.StringIO()
-    >>> bar = Progress(4, out)
-    >>> bar.advance(); bar.advance(); bar.close()
-    >>> out.getvalue().split("\\r")[-1]
-    'bench [##########----------] 2/4 requests ... s\\n'
-    """
-
-    def __init__(self, total: int | None, stream: TextIO | None = None) -> None:
-        self.total, self.stream = total, stream or sys.stderr
-        self.done, self.start, self.drawn = 0, time.perf_counter(), 0.0
-
-    def advance(self) -> None:
-        self.done += 1
-        if time.perf_counter() - self.drawn > 0.1:
-            self.draw()
-
-    def draw(self) -> None:
-        self.drawn = time.perf_counter()
-        elapsed = self.drawn - self.start
-        if self.total:
-            filled = round(20 * self.done / self.total)
-            bar = f"[{'#' * filled}{'-' * (20 - filled)}] {self.done}/{self.total}"
-        else:
-            bar = f"{self.done}"
-        self.stream.write(f"\rbench {bar} requests {elapsed:.1f} s")
-        self.stream.flush()
-
-    def close(self) -> None:
-        self.draw()
-        self.stream.write("\n")
-
-
 # Send one request (its spec, its prompt, when it was due) and record it.
 Send = Callable[[RequestSpec, str, float], Awaitable[RequestRecord]]
 
@@ -289,9 +278,18 @@ def prompted_specs(config: BenchConfig) -> Iterator[tuple[RequestSpec, str]]:
 
 
 def warmup_requests(config: BenchConfig) -> list[tuple[RequestSpec, str]]:
-    """The `warmup` requests: short, with prompts of their own seed, never recorded."""
+    """The `num_warmups` requests: short, with prompts of their own seed, never recorded."""
     rng = np.random.default_rng([config.seed, 1])
-    return [(RequestSpec(f"{i}", 0.0, 16, 8), make_prompt(16, rng)) for i in range(config.warmup)]
+    count = config.num_warmups
+    return [(RequestSpec(f"{i}", 0.0, 16, 8), make_prompt(16, rng)) for i in range(count)]
+
+
+async def first_model(client: httpx.AsyncClient) -> str:
+    """The first model the server lists at ``/v1/models``: what `vllm bench serve`
+    benchmarks when it is given no ``--model``."""
+    response = await client.get("/v1/models")
+    response.raise_for_status()
+    return response.json()["data"][0]["id"]
 
 
 def http_client(config: BenchConfig) -> httpx.AsyncClient:
@@ -312,15 +310,20 @@ class BenchResult:
     records: list[RequestRecord]
     duration: float
 
-    def summary(self, slo: SLO | None = None, origin: Origin = "sent") -> Summary:
-        return summarize(self.records, self.duration, slo, origin)
+    def summary(
+        self,
+        slo: SLO | None = None,
+        origin: Origin = "sent",
+        percentiles: Sequence[float] = PERCENTILES,
+    ) -> Summary:
+        return summarize(self.records, self.duration, slo, origin, percentiles)
 
 
 async def closed_loop(
     config: BenchConfig, specs: Iterator[tuple[RequestSpec, str]], send: Send, t0: float
 ) -> list[RequestRecord]:
-    """`concurrency` users sharing one queue of requests, each sending its next request
-    when its previous one finished (and none after `duration`), in request order."""
+    """`max_concurrency` users sharing one queue of requests, each sending its next
+    request when its previous one finished (and none after `duration`), in request order."""
 
     async def user() -> list[RequestRecord]:
         mine = []
@@ -330,8 +333,7 @@ async def closed_loop(
             mine.append(await send(spec, prompt, time.perf_counter() - t0))
         return mine
 
-    users = config.concurrency or 1
-    per_user = await asyncio.gather(*(user() for _ in range(users)))
+    per_user = await asyncio.gather(*(user() for _ in range(config.users or 1)))
     return sorted((r for rs in per_user for r in rs), key=lambda r: r.index)
 
 
@@ -355,10 +357,15 @@ async def open_loop(
     return list(await asyncio.gather(*tasks))
 
 
-async def run_async(config: BenchConfig, progress: Progress | None = None) -> BenchResult:
+async def run_async(
+    config: BenchConfig, on_response: Callable[[RequestRecord], object] | None = None
+) -> BenchResult:
     """Run the benchmark on the current event loop: the warm-up, unrecorded, then the
-    load, timed from when the warm-up has finished."""
+    load, timed from when the warm-up has finished. `on_response` sees each recorded
+    request as it ends (a progress bar counts them)."""
     async with http_client(config) as client:
+        if config.model is None:
+            config = dataclasses.replace(config, model=await first_model(client))
         warmup = warmup_requests(config)
         await asyncio.gather(
             *(send_request(client, config, s, p, time.perf_counter(), 0.0) for s, p in warmup)
@@ -367,22 +374,21 @@ async def run_async(config: BenchConfig, progress: Progress | None = None) -> Be
 
         async def send(spec: RequestSpec, prompt: str, scheduled: float) -> RequestRecord:
             record = await send_request(client, config, spec, prompt, t0, scheduled)
-            if progress:
-                progress.advance()
+            if on_response:
+                on_response(record)
             return record
 
-        load = closed_loop if config.concurrency is not None else open_loop
+        load = closed_loop if config.users else open_loop
         records = await load(config, prompted_specs(config), send, t0)
         duration = time.perf_counter() - t0
-    if progress:
-        progress.close()
     return BenchResult(config, records, duration)
 
 
-def run(config: BenchConfig, progress: bool = False) -> BenchResult:
-    """Run the benchmark in a fresh event loop; `progress` draws a bar on stderr."""
-    bar = Progress(config.num_requests if config.duration is None else None) if progress else None
-    return asyncio.run(run_async(config, bar))
+def run(
+    config: BenchConfig, on_response: Callable[[RequestRecord], object] | None = None
+) -> BenchResult:
+    """Run the benchmark in a fresh event loop."""
+    return asyncio.run(run_async(config, on_response))
 
 
 # --8<-- [end:run]

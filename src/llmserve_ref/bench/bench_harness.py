@@ -10,10 +10,12 @@ min-median-max over its runs, beside the ratio of medians.
 
 The client is a function, so that any benchmark client can drive it: `our_client` is this
 project's (`llmserve_ref.bench.bench_client`); the engines page wraps `vllm bench serve`.
+Both make their point from the result in vLLM's format (`llmserve_ref.bench.bench_result`),
+read by one function, `Point.of`.
 
 >>> from llmserve_ref.bench.fake_server import FakeConfig, serve_fake
 >>> with serve_fake(FakeConfig(ttft=0.01, itl=0.002)) as url:
-...     grid = run_grid({"a": url, "b": url}, our_client(num_requests=lambda users: 4),
+...     grid = run_grid({"a": url, "b": url}, our_client(num_prompts=lambda users: 4),
 ...                     users=(1, 2), runs=2)
 >>> sorted(grid), [len(points) for points in grid.values()]
 ([('a', 1), ('a', 2), ('b', 1), ('b', 2)], [2, 2, 2, 2])
@@ -28,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from llmserve_ref.bench.bench_client import BenchConfig, run
+from llmserve_ref.bench.bench_result import SavedResult, to_result
 from llmserve_ref.planning.workload import Fixed
 
 
@@ -43,6 +46,20 @@ class Point:
     ttft_ms: float  # medians over the run's requests
     tpot_ms: float
     errors: tuple[str, ...] = ()  # the failed requests' messages, each once
+
+    @classmethod
+    def of(cls, seed: int, result: SavedResult) -> Point:
+        """The point a result in vLLM's format gives (saved with its per-request details)."""
+        return cls(
+            seed,
+            result.completed,
+            result.failed,
+            result.successful_output_lens(),
+            result.output_throughput,
+            result.latencies_ms["median_ttft_ms"] or 0.0,
+            result.latencies_ms["median_tpot_ms"] or 0.0,
+            tuple(dict.fromkeys(e for e in result.errors or () if e)),
+        )
 
 
 # (base URL, concurrent users, seed) -> one run's point
@@ -72,30 +89,28 @@ def run_grid(
 
 
 def our_client(
-    num_requests: Callable[[int], int] = lambda users: max(32, 4 * users),
-    prompt_len: int = 32,
+    num_prompts: Callable[[int], int] = lambda users: max(32, 4 * users),
+    input_len: int = 32,
     output_len: int = 32,
-    warmup: int = 2,
+    num_warmups: int = 2,
 ) -> Client:
     """`llmserve-ref bench` as a harness client: a closed loop, ``ignore_eos``, greedy."""
 
     def measure(base_url: str, users: int, seed: int) -> Point:
         config = BenchConfig(
             base_url,
-            concurrency=users,
-            num_requests=num_requests(users),
-            warmup=warmup,
-            prompt_len=Fixed(prompt_len),
+            max_concurrency=users,
+            num_prompts=num_prompts(users),
+            num_warmups=num_warmups,
+            input_len=Fixed(input_len),
             output_len=Fixed(output_len),
+            ignore_eos=True,
             seed=seed,
             extra_body={"temperature": 0},
         )
         result = run(config)
-        s = result.summary()
-        lens = tuple(r.output_tokens for r in result.records if r.ok)
-        ttft, tpot = s.ttft.median * 1e3, s.tpot.median * 1e3
-        errors = tuple(dict.fromkeys(r.error for r in result.records if r.error))
-        return Point(seed, s.completed, s.failed, lens, s.output_throughput, ttft, tpot, errors)
+        document = to_result(result, result.summary(), detailed=True)
+        return Point.of(seed, SavedResult.of(document))
 
     return measure
 

@@ -18,6 +18,11 @@ Every metric is a formula on such timelines, following `vllm bench serve`:
 - **Goodput**: successful requests per second that met every latency target of
   an `SLO`.
 
+Each latency is summarized as `vllm bench serve` reports it: mean, median, standard
+deviation and the percentiles asked for. The names are vLLM's (``e2el`` for the
+end-to-end latency, ``client_queue_time`` for the wait inside the client), so that
+`llmserve_ref.bench.bench_result` writes them under vLLM's keys.
+
 With ``origin="scheduled"``, TTFT and E2E are counted from the time the request
 was due rather than the time it was sent: the latency a user on a fixed schedule
 sees, including any wait in the client (see "coordinated omission" on the page
@@ -31,11 +36,10 @@ sees, including any wait in the client (see "coordinated omission" on the page
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -46,7 +50,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 Origin = Literal["sent", "scheduled"]
-PERCENTILES = (50, 90, 95, 99)
 
 
 # --8<-- [start:record]
@@ -103,32 +106,39 @@ class RequestRecord:
 
 
 # --8<-- [start:stats]
+# The tail percentiles reported beside the median: the default of --metric-percentiles here
+# (vLLM's own default is in llmserve_ref.planning.published).
+PERCENTILES: tuple[float, ...] = (90, 95, 99)
+
+
 @dataclass(frozen=True)
 class Stats:
-    """Mean, median and tail percentiles of one metric, in seconds (NaN when empty).
+    """Mean, median, standard deviation and tail percentiles of one metric, in seconds.
 
-    Percentiles interpolate linearly between order statistics (numpy's default,
-    as vLLM reports them): the p99 of 100 values lies between the 99th and 100th.
+    Percentiles interpolate linearly between order statistics (numpy's default, as
+    vLLM reports them): the p99 of 100 values lies between the 99th and 100th. The
+    standard deviation is numpy's (of the values, not of a sample), as vLLM's. Every
+    statistic is NaN when there are no values.
 
-    >>> Stats.of([0.1, 0.2, 0.3, 0.4]).median
-    0.25
+    >>> s = Stats.of([0.1, 0.2, 0.3, 0.4], percentiles=(50, 99))
+    >>> s.median, round(s.std, 4), s.percentiles[99]
+    (0.25, 0.1118, 0.397)
     """
 
     count: int
     mean: float
     median: float
-    p90: float
-    p95: float
-    p99: float
+    std: float
+    percentiles: dict[float, float]  # {99: p99, ...}
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> Stats:
+    def of(cls, values: Sequence[float], percentiles: Sequence[float] = PERCENTILES) -> Stats:
         data = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
         if data.size == 0:
-            return cls(0, *[math.nan] * 5)
-        p50, p90, p95, p99 = np.percentile(data, PERCENTILES)
+            return cls(0, math.nan, math.nan, math.nan, dict.fromkeys(percentiles, math.nan))
+        tails = {p: float(np.percentile(data, p)) for p in percentiles}
         return cls(
-            int(data.size), float(data.mean()), float(p50), float(p90), float(p95), float(p99)
+            int(data.size), float(data.mean()), float(np.median(data)), float(data.std()), tails
         )
 
 
@@ -137,28 +147,33 @@ class Stats:
 
 @dataclass(frozen=True)
 class Summary:
-    """The aggregate of a benchmark run: counts, throughputs and latency distributions."""
+    """The aggregate of a benchmark run: counts, throughputs and latency distributions.
+
+    The names are those of `vllm bench serve`'s result (``total_input_tokens``,
+    ``request_goodput``, ``e2el``, ...); `short`, `without_usage`, `errors` and
+    `itl_per_request` are this client's own.
+    """
 
     origin: Origin
     duration: float
     completed: int
     failed: int
-    errors: dict[str, int]
+    errors: dict[str, int]  # each failure's message, and how many times it came
     short: int  # successful requests that stopped before their max_tokens
     without_usage: int
-    prompt_tokens: int
-    output_tokens: int
+    total_input_tokens: int
+    total_output_tokens: int
     request_throughput: float
+    request_goodput: float | None
     output_throughput: float
-    total_throughput: float
-    goodput: float | None
+    total_token_throughput: float
     slo: SLO | None
     ttft: Stats
     tpot: Stats
     itl: Stats
     itl_per_request: Stats
-    e2e: Stats
-    queue: Stats  # sent − scheduled: the wait inside the client
+    e2el: Stats
+    client_queue_time: Stats  # sent − scheduled: the wait inside the client
 
 
 def summarize(
@@ -166,6 +181,7 @@ def summarize(
     duration: float,
     slo: SLO | None = None,
     origin: Origin = "sent",
+    percentiles: Sequence[float] = PERCENTILES,
 ) -> Summary:
     """Aggregate `records` of a run that lasted `duration` seconds.
 
@@ -176,6 +192,10 @@ def summarize(
     failed = [r for r in records if not r.ok]
     prompt = sum(r.prompt_tokens for r in ok)
     output = sum(r.output_tokens for r in ok)
+
+    def stats(values: Sequence[float]) -> Stats:
+        return Stats.of(values, percentiles)
+
     return Summary(
         origin=origin,
         duration=duration,
@@ -184,53 +204,59 @@ def summarize(
         errors=dict(Counter(r.error or "no content in the response" for r in failed)),
         short=sum(r.output_tokens < r.max_tokens for r in ok),
         without_usage=sum(not r.usage_reported for r in ok),
-        prompt_tokens=prompt,
-        output_tokens=output,
+        total_input_tokens=prompt,
+        total_output_tokens=output,
         request_throughput=len(ok) / duration,
+        request_goodput=None if slo is None else sum(r.meets(slo, origin) for r in ok) / duration,
         output_throughput=output / duration,
-        total_throughput=(prompt + output) / duration,
-        goodput=None if slo is None else sum(r.meets(slo, origin) for r in ok) / duration,
+        total_token_throughput=(prompt + output) / duration,
         slo=slo,
-        ttft=Stats.of([r.ttft(origin) for r in ok]),
-        tpot=Stats.of([r.tpot() for r in ok]),
-        itl=Stats.of([gap for r in ok for gap in r.itl()]),
-        itl_per_request=Stats.of([float(np.mean(r.itl())) for r in ok if len(r.chunk_times) > 1]),
-        e2e=Stats.of([r.e2e(origin) for r in ok]),
-        queue=Stats.of([r.sent - r.scheduled for r in ok]),
+        ttft=stats([r.ttft(origin) for r in ok]),
+        tpot=stats([r.tpot() for r in ok]),
+        itl=stats([gap for r in ok for gap in r.itl()]),
+        itl_per_request=stats([float(np.mean(r.itl())) for r in ok if len(r.chunk_times) > 1]),
+        e2el=stats([r.e2e(origin) for r in ok]),
+        client_queue_time=stats([r.sent - r.scheduled for r in ok]),
     )
 
 
-LATENCY_ROWS = (
-    ("TTFT", "ttft"),
-    ("TPOT", "tpot"),
-    ("ITL (pooled)", "itl"),
-    ("ITL (per-request mean)", "itl_per_request"),
-    ("E2E latency", "e2e"),
-)
+# The metrics a summary can report percentiles of (vLLM's --percentile-metrics), labelled
+# for the table: vLLM's names, and this client's per-request mean of ITL.
+METRICS = {
+    "ttft": "TTFT",
+    "tpot": "TPOT",
+    "itl": "ITL (pooled)",
+    "itl_per_request": "ITL (per-request mean)",
+    "e2el": "E2E latency",
+    "client_queue_time": "client queue time",
+}
+# What this client reports by default: more than vLLM does (planning.published has vLLM's).
+DEFAULT_METRICS = ("ttft", "tpot", "itl", "itl_per_request", "e2el")
 
 
-def format_table(s: Summary) -> str:
-    """A fixed-width table of a summary: counts and throughputs, then latencies in ms."""
+def format_table(s: Summary, metrics: Sequence[str] = DEFAULT_METRICS) -> str:
+    """A fixed-width table of a summary: counts and throughputs, then `metrics` in ms."""
     lines = [
         f"{'successful requests':<32}{s.completed:>12}",
         f"{'failed requests':<32}{s.failed:>12}",
         f"{'duration (s)':<32}{s.duration:>12.2f}",
-        f"{'prompt tokens':<32}{s.prompt_tokens:>12}",
-        f"{'output tokens':<32}{s.output_tokens:>12}",
+        f"{'total input tokens':<32}{s.total_input_tokens:>12}",
+        f"{'total output tokens':<32}{s.total_output_tokens:>12}",
         f"{'request throughput (req/s)':<32}{s.request_throughput:>12.2f}",
         f"{'output throughput (tok/s)':<32}{s.output_throughput:>12.1f}",
-        f"{'total throughput (tok/s)':<32}{s.total_throughput:>12.1f}",
+        f"{'total token throughput (tok/s)':<32}{s.total_token_throughput:>12.1f}",
     ]
-    if s.goodput is not None:
-        lines.append(f"{'goodput (req/s in SLO)':<32}{s.goodput:>12.2f}")
+    if s.request_goodput is not None:
+        lines.append(f"{'request goodput (req/s)':<32}{s.request_goodput:>12.2f}")
+    tails = list(s.ttft.percentiles)
     lines.append(
-        f"{'latency (ms), from ' + s.origin:<32}{'mean':>9}{'median':>9}"
-        f"{'p90':>9}{'p95':>9}{'p99':>9}"
+        f"{'latency (ms), from ' + s.origin:<32}{'mean':>9}{'median':>9}{'std':>9}"
+        + "".join(f"{f'p{p:g}':>9}" for p in tails)
     )
-    for label, name in LATENCY_ROWS:
+    for name in metrics:
         st: Stats = getattr(s, name)
-        values = (st.mean, st.median, st.p90, st.p95, st.p99)
-        lines.append(f"{label:<32}" + "".join(f"{v * 1e3:>9.1f}" for v in values))
+        values = (st.mean, st.median, st.std, *(st.percentiles[p] for p in tails))
+        lines.append(f"{METRICS[name]:<32}" + "".join(f"{v * 1e3:>9.1f}" for v in values))
     for message, count in s.errors.items():
         lines.append(f"error x{count}: {message}")
     if s.short:
@@ -238,23 +264,6 @@ def format_table(s: Summary) -> str:
     if s.without_usage:
         lines.append(f"note: {s.without_usage} responses had no usage; tokens counted by chunk")
     return "\n".join(lines)
-
-
-def _finite(value: object) -> object:
-    """`value` with every NaN replaced by None, so that the JSON is standard."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
-def to_json(s: Summary, records: Sequence[RequestRecord], config: dict) -> str:
-    """The run as JSON: `config`, the `summary` (seconds; null for undefined) and every request."""
-    document = {"config": config, "summary": asdict(s), "requests": [asdict(r) for r in records]}
-    return json.dumps(_finite(document), indent=2, allow_nan=False)
 
 
 def plot_cdfs(records: Sequence[RequestRecord], origin: Origin = "sent") -> Figure:

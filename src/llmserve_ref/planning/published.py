@@ -211,3 +211,67 @@ class VLLMBlockSizes:
 
 
 VLLM_BLOCK_SIZES = VLLMBlockSizes()
+
+
+@dataclass(frozen=True)
+class VLLMMetricBuckets:
+    """The bucket edges of vLLM's Prometheus histograms, so that its dashboards read ours.
+
+    vllm/v1/metrics/buckets.py in 0.32.0, one family each: request_latency for the
+    end-to-end, queue, inference, prefill and decode times of a request; time_to_first_token;
+    inter_token_latency for the gap between tokens and a request's time per output token;
+    iteration_tokens for the tokens of one engine step; request_params_n;
+    request_num_preemptions. The token counts of a request use a 1-2-5 series up to the
+    model's length (`build_1_2_5_buckets`).
+    """
+
+    version: str = "0.32.0"
+    request_latency: tuple[float, ...] = (
+        0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+        120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+    )  # fmt: skip
+    time_to_first_token: tuple[float, ...] = (
+        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+        10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+    )  # fmt: skip
+    inter_token_latency: tuple[float, ...] = (
+        0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+        10.0, 20.0, 40.0, 80.0,
+    )  # fmt: skip
+    iteration_tokens: tuple[float, ...] = (
+        1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+    )  # fmt: skip
+    request_params_n: tuple[float, ...] = (1, 2, 5, 10, 20)
+    request_num_preemptions: tuple[float, ...] = (1, 2, 3, 4, 5, 10, 20)
+
+
+VLLM_METRIC_BUCKETS = VLLMMetricBuckets()
+
+
+@dataclass(frozen=True)
+class VLLMBenchServeDefaults:
+    """What `vllm bench serve` does when a flag is not given, as of `version`: where
+    ``llmserve-ref bench`` (`llmserve_ref.bench.bench_cli`) departs from it, and why it
+    sends ``ignore_eos`` by default."""
+
+    version: str = "0.32.0"
+    # vllm/benchmarks/datasets/datasets.py: add_dataset_parser's --num-prompts
+    # (DEFAULT_NUM_PROMPTS) and --dataset-name, and the random dataset's
+    # --random-input-len and --random-output-len.
+    num_prompts: int = 1000
+    dataset_name: str = "random"
+    random_input_len: int = 1024
+    random_output_len: int = 128
+    # vllm/benchmarks/serve.py, add_cli_args: --num-warmups, and --metric-percentiles, "99",
+    # the one percentile reported; main_async: --percentile-metrics for a generative backend.
+    num_warmups: int = 0
+    metric_percentile: float = 99.0
+    percentile_metrics: str = "ttft,tpot,itl"
+    # add_cli_args: --ignore-eos is a store_true flag, off unless given; main_async turns it
+    # on for the random dataset (and random-mm) with an OpenAI-compatible backend, "so
+    # generation runs to the requested length".
+    ignore_eos_action: str = "store_true"
+    ignore_eos_dataset: str = "random"
+
+
+VLLM_BENCH_SERVE = VLLMBenchServeDefaults()
