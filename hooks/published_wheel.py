@@ -6,7 +6,10 @@ build makes the package's wheel (tokenizer and tiny models included) and publish
 ```pycon block), and the home page where it says `<!-- install -->`, shows a box with
 the two lines that install it into a virtual environment. The wheel's URL comes from
 `site_url`, which the deployment sets; its name, and with it the version, from the build
-itself, so pyproject.toml stays the only place the version is written.
+itself: `llmserve_ref.__version__`, the release and a hash of the package's files, which
+pyproject.toml reads. A changed package is a new version and a new URL, so a returning
+reader who runs the line again gets the new code (pip keeps an installed package whose
+version is the one asked for, whatever the URL).
 
 The wheel is built from a copy of the package in a temporary directory: setuptools
 writes `build/` and `*.egg-info` where it builds, and neither may land in the source
@@ -21,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 from pathlib import Path
 
 from mkdocs.structure.files import File
@@ -31,9 +35,13 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE")
 DOWNLOADS = "downloads"
 INSTALL_MARKER = "<!-- install -->"
-# The torch the nox sessions install (noxfile.TORCH): a looser spec may pull a multi-GB
-# CUDA build, or a release the pages were never run with.
-TORCH = "torch==2.13.0"
+# The torch the nox sessions install (noxfile.TORCH), by Python version: PyPI has torch
+# 2.13.0 for Python 3.10 to 3.14, and Python 3.15's first torch is 2.15.0 (for 3.11 to 3.15).
+# A looser spec may pull a multi-GB CUDA build, or a release the pages were never run with.
+TORCH = (
+    'torch==2.13.0; python_version < "3.15"',
+    'torch==2.15.0; python_version >= "3.15"',
+)
 # What the pages' code imports beyond the core: figures (plot), the server and the
 # official OpenAI client (serving), and hypothesis (pages). Triton comes with PyPI's Linux
 # torch, and the pages whose kernels need it say so where it is missing.
@@ -41,19 +49,20 @@ EXTRAS = "pages,plot,serving"
 VENV = "llmserve-env"
 
 
-def build_wheel(out_dir: Path) -> Path:
+def build_wheel(out_dir: Path, root: Path = ROOT) -> Path:
     """Build the package's wheel into `out_dir`, offline, and return its path.
 
     Runs setuptools' PEP 517 hook in a fresh interpreter (it builds in its working
-    directory), on a copy of the sources, with the setuptools of this environment.
+    directory), on a copy of the sources under `root` (this repository; a test passes
+    another tree), with the setuptools of this environment.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="llmserve-wheel-") as tmp:
         work = Path(tmp)
         for name in BUILD_INPUTS:
-            shutil.copy2(ROOT / name, work / name)
+            shutil.copy2(root / name, work / name)
         shutil.copytree(
-            ROOT / "src" / "llmserve_ref",
+            root / "src" / "llmserve_ref",
             work / "src" / "llmserve_ref",
             ignore=shutil.ignore_patterns("__pycache__"),
         )
@@ -70,6 +79,16 @@ def build_wheel(out_dir: Path) -> Path:
     return out_dir / result.stdout.strip().splitlines()[-1]
 
 
+def wheel_url(site_url: str, uri: str) -> str:
+    """The address of the site's file `uri`, its name's `+` (the version's) written `%2B`, as
+    PyTorch's index writes `+cpu`: some static hosts read a `+` in a path as a space.
+
+    >>> wheel_url("https://x.github.io/llmserve/", "downloads/p-0.1.0+g1-py3-none-any.whl")
+    'https://x.github.io/llmserve/downloads/p-0.1.0%2Bg1-py3-none-any.whl'
+    """
+    return site_url.rstrip("/") + "/" + urllib.parse.quote(uri)
+
+
 def requirement(wheel_url: str) -> str:
     """The package with the extras the pages need, from the wheel at `wheel_url` (PEP 508)."""
     distribution = wheel_url.rsplit("/", 1)[-1].split("-", 1)[0]
@@ -81,7 +100,7 @@ def install_commands(wheel_url: str) -> list[list[str]]:
     wheel at `wheel_url` into it; between them the shell activates the environment."""
     return [
         ["python3", "-m", "venv", VENV],
-        ["python", "-m", "pip", "install", TORCH, requirement(wheel_url)],
+        ["python", "-m", "pip", "install", *TORCH, requirement(wheel_url)],
     ]
 
 
@@ -99,7 +118,10 @@ def install_box(wheel_url: str) -> str:
         "    No clone needed: this site serves the package, tiny models included.\n\n"
         f"    ```console\n{lines}    ```\n\n"
         "    On Linux without an NVIDIA GPU, add `--extra-index-url "
-        "https://download.pytorch.org/whl/cpu` for torch's small CPU build.\n"
+        "https://download.pytorch.org/whl/cpu` for torch's small CPU build. To upgrade, run "
+        "the `pip` line again as this site shows it then: the wheel's name carries the "
+        "package's version, which changes with the package, so pip replaces the one you "
+        "have.\n"
     )
 
 
@@ -113,7 +135,7 @@ def on_files(files, config):
         wheel = build_wheel(Path(tmp))
         uri = f"{DOWNLOADS}/{wheel.name}"
         files.append(File.generated(config, uri, content=wheel.read_bytes()))
-    _state["url"] = config.site_url.rstrip("/") + "/" + uri
+    _state["url"] = wheel_url(config.site_url, uri)
     return files
 
 

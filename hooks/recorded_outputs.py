@@ -29,8 +29,12 @@ from pathlib import Path
 
 from snippets_resolver import resolve_includes
 
+# The package's content hash has one home, the package (its version carries it too); the
+# recordings are keyed on it for the package the blocks import: this tree's, installed
+# editable or put on the path.
+from llmserve_ref import package_hash
+
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "src" / "llmserve_ref"
 DOCS = ROOT / "docs"
 RECORDINGS = ROOT / "recordings"
 REFRESH = "nox -s \"tests(device='{device}')\" -- --record-outputs"
@@ -41,16 +45,6 @@ FENCE = re.compile(
     r"(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",
     re.MULTILINE | re.DOTALL,
 )
-
-
-def package_hash() -> str:
-    """A hash of every file of the package (code, tokenizer, weights): what a block runs."""
-    digest = hashlib.sha256()
-    for path in sorted(PACKAGE.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(path.relative_to(PACKAGE).as_posix().encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def key_of(block_source: str, package: str) -> str:

@@ -164,9 +164,10 @@ planning/, numbers before hardware:
 * ``planning.prefix_sharing``: many requests on one system prompt: blocks held, reads not saved.
   Pages: stage-8/prefix-caching.
 * ``planning.published``: what other systems and papers state, each with its source and version.
-  Pages: stage-4/kv-cache-size-math, stage-5/mqa-and-gqa, stage-6/quantization,
-  stage-6/static-vs-continuous-batching, stage-7/cost-and-capacity-planning, stage-7/pagedattention,
-  stage-7/scheduler-simulator, stage-8/prefix-caching, stage-9/running-a-serving-engine.
+  Pages: stage-4/kv-cache-size-math, stage-5/mqa-and-gqa, stage-6/benchmark-an-endpoint,
+  stage-6/quantization, stage-6/static-vs-continuous-batching, stage-7/cost-and-capacity-planning,
+  stage-7/pagedattention, stage-7/scheduler-simulator, stage-8/prefix-caching,
+  stage-9/running-a-serving-engine.
 * ``planning.radix_cache``: a token-granular prefix matcher: a radix tree over token ids.
   Pages: stage-8/prefix-caching.
 * ``planning.roofline``: the roofline: is a step bound by memory bandwidth or by arithmetic?
@@ -192,6 +193,8 @@ serving/, the HTTP face:
 
 * ``serving.app``: the ASGI app: routes, middleware, error handlers.
   Pages: stage-9/running-a-serving-engine.
+* ``serving.chat_requests``: the chat request: messages through the template, and its answers.
+  Pages: none.
 * ``serving.errors``: OpenAI's error body: how the server says no.
   Pages: stage-9/running-a-serving-engine.
 * ``serving.handlers``: the OpenAI route handlers: admit a request, answer it whole or streamed.
@@ -205,22 +208,26 @@ serving/, the HTTP face:
 * ``serving.metrics``: the server's Prometheus metrics in the text format.
   Pages: none.
 * ``serving.openai_parsing``: request bytes to a checked request, or an error naming the field.
-  Pages: none.
+  Pages: stage-9/running-a-serving-engine.
 * ``serving.openai_requests``: the OpenAI API's requests, and what each asks of the engine.
   Pages: none.
 * ``serving.openai_responses``: the OpenAI API's answers: objects, chunks, usage, logprobs.
   Pages: stage-6/streaming.
 * ``serving.openapi``: the server's OpenAPI 3.1 document (GET /openapi.json).
   Pages: none.
+* ``serving.prometheus``: Prometheus' text format by hand: counters, gauges, histograms.
+  Pages: none.
 * ``serving.streams``: server-sent events: the response that writes each event as it comes.
+  Pages: none.
+* ``serving.tokenization``: /tokenize, /detokenize and /version, as vLLM serves them.
   Pages: none.
 * ``serving.transport``: uvicorn and the sockets: Nagle off, slow headers, graceful shutdown.
   Pages: none.
 
 bench/, a server measured from outside:
 
-* ``bench.bench_cli``: ``llmserve-ref bench``: its flags, progress line and report.
-  Pages: none.
+* ``bench.bench_cli``: ``llmserve-ref bench``: vLLM's flags, a progress bar on a terminal, report.
+  Pages: stage-6/benchmark-an-endpoint.
 * ``bench.bench_client``: a benchmark client for OpenAI-compatible streaming endpoints.
   Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint,
   stage-6/static-vs-continuous-batching, stage-9/running-a-serving-engine.
@@ -228,6 +235,8 @@ bench/, a server measured from outside:
   Pages: stage-9/running-a-serving-engine.
 * ``bench.bench_metrics``: benchmark numbers (TTFT, TPOT, ITL, goodput) from request timelines.
   Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint.
+* ``bench.bench_result``: the result file in `vllm bench serve`'s format, and its one reader.
+  Pages: stage-6/benchmark-an-endpoint, stage-9/running-a-serving-engine.
 * ``bench.fake_server``: a server with known latencies, to check a benchmark client.
   Pages: stage-6/benchmark-an-endpoint.
 
@@ -237,4 +246,49 @@ cli.py, above every layer:
   Pages: stage-9/running-a-serving-engine.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+# The release. The version adds the package's content hash to it (`__version__`, below), so
+# any change to the package's files is a new version, and the site's wheel a new file name:
+# pip replaces an installed package only when the version it is asked for differs.
+RELEASE = "0.1.0"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def package_hash(package: Path = PACKAGE_DIR) -> str:
+    """A sha256 of every file of the package (code, tokenizers, weights), by path and bytes,
+    ``__pycache__`` aside: what a page's block runs, and what a version names. A source tree
+    and the wheel built from it, once installed, hash the same.
+
+    >>> len(package_hash()) == 64 and package_hash() == package_hash(PACKAGE_DIR)
+    True
+    """
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*"), key=lambda p: p.relative_to(package).parts):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(package).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+__version__: str  # "0.1.0+g" and 12 hex digits of package_hash(): read it, it is computed
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``, computed on first use (hashing the package takes tens of ms, which an
+    import need not pay) and kept: the release and the package's content hash, as PEP 440
+    writes a local version. pyproject.toml reads it at build time, so the wheel's name
+    carries it too.
+
+    >>> import llmserve_ref
+    >>> release, digest = llmserve_ref.__version__.split("+g")
+    >>> release == RELEASE, len(digest)
+    (True, 12)
+    """
+    if name == "__version__":
+        version = globals()["__version__"] = f"{RELEASE}+g{package_hash()[:12]}"
+        return version
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

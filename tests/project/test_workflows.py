@@ -108,3 +108,74 @@ def test_site_url_comes_from_the_deployment(monkeypatch, site_url):
         monkeypatch.setenv("SITE_URL", site_url)
     config = load_config(str(ROOT / "mkdocs.yml"))
     assert config["site_url"] == (site_url or "http://127.0.0.1:8000/")
+
+
+# The newest major of each action the workflows use (each action's releases, read when this
+# was written): no workflow may fall behind them.
+ACTIONS = {
+    "actions/checkout": 5,
+    "actions/setup-python": 6,
+    "actions/setup-node": 5,
+    "actions/configure-pages": 5,
+    "actions/upload-pages-artifact": 4,
+    "actions/deploy-pages": 4,
+}
+# Node's newest LTS line when this was written: 26 ("Lithium", LTS since 2026-10-28).
+NODE_LTS = 26
+
+
+def every_step(workflow: dict) -> list[dict]:
+    return [step for job in workflow["jobs"].values() for step in job["steps"]]
+
+
+def test_every_action_is_at_its_current_major_at_least():
+    used = [s["uses"] for w in WORKFLOWS for s in every_step(load(w.name)) if "uses" in s]
+    assert used
+    for action, version in (use.split("@") for use in used):
+        assert action in ACTIONS, f"{action}: add it to ACTIONS with its current major"
+        assert int(version.removeprefix("v")) >= ACTIONS[action], f"{action}@{version}"
+
+
+def test_every_node_is_the_newest_lts_line():
+    setups = [s for w in WORKFLOWS for s in every_step(load(w.name))]
+    versions = {s["with"]["node-version"] for s in setups if "setup-node" in s.get("uses", "")}
+    assert versions == {str(NODE_LTS)}  # one line everywhere; LTS lines are even
+    assert NODE_LTS % 2 == 0
+
+
+def test_the_site_is_published_only_after_the_tests_pass_on_main():
+    docs, tests = load("docs.yml"), load("tests.yml")
+    trigger = docs[True]  # `on`, as YAML 1.1 reads it
+    assert list(trigger) == ["workflow_run"]  # no push, no manual run around the tests
+    assert trigger["workflow_run"] == {
+        "workflows": [tests["name"]],
+        "types": ["completed"],
+        "branches": ["main"],
+    }
+    build = docs["jobs"]["build"]
+    assert "github.event.workflow_run.conclusion == 'success'" in build["if"]
+    assert "github.event.workflow_run.event == 'push'" in build["if"]
+    checkout = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/checkout"))
+    assert checkout["with"]["ref"] == "${{ github.event.workflow_run.head_sha }}"
+    assert docs["jobs"]["deploy"]["needs"] == "build"
+
+
+def python_of(workflow: dict, job: str) -> str:
+    (setup,) = [
+        s
+        for s in workflow["jobs"][job]["steps"]
+        if s.get("uses", "").startswith("actions/setup-python")
+    ]
+    return str(setup["with"]["python-version"])
+
+
+def test_the_newest_python_and_the_oldest_and_newest_torch_have_jobs():
+    tests = load("tests.yml")
+    assert python_of(tests, "python-newest") == "3.15"  # where the sessions take torch 2.15.0
+    assert "nox -s \"tests(device='cpu')\"" in steps(tests, "python-newest")
+    # torch 2.5.0, the floor, has wheels up to Python 3.12, and torch 2.15.0 from 3.11
+    assert python_of(tests, "torch-range") in {"3.11", "3.12"}
+    assert steps(tests, "torch-range")[-2:] == [
+        "nox -s \"torch_range(torch='floor')\"",
+        "nox -s \"torch_range(torch='newest')\"",
+    ]

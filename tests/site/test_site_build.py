@@ -5,7 +5,6 @@ with code shows the lines that install it."""
 from __future__ import annotations
 
 import html
-import importlib.metadata
 import json
 import re
 import sys
@@ -125,8 +124,10 @@ def built_page(built_site, source: Path) -> Path:
 def test_the_site_serves_the_packages_wheel(built_site):
     from published_wheel import DOWNLOADS
 
+    import llmserve_ref
+
     (wheel,) = (built_site.site / DOWNLOADS).glob("*.whl")
-    version = importlib.metadata.version("llmserve-ref")  # pyproject.toml's, installed
+    version = llmserve_ref.__version__  # the release and this tree's content hash
     assert wheel.name == f"llmserve_ref-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
@@ -136,10 +137,11 @@ def test_the_site_serves_the_packages_wheel(built_site):
 
 @pytest.mark.slow
 def test_home_and_every_page_with_code_show_the_install_lines(built_site):
-    from published_wheel import DOWNLOADS, install_lines
+    from published_wheel import DOWNLOADS, install_lines, wheel_url
 
     (wheel,) = (built_site.site / DOWNLOADS).glob("*.whl")
-    lines = install_lines(f"http://127.0.0.1:8000/{DOWNLOADS}/{wheel.name}")  # site_url here
+    url = wheel_url("http://127.0.0.1:8000/", f"{DOWNLOADS}/{wheel.name}")  # site_url here
+    lines = install_lines(url)
     home = ROOT / "docs" / "index.md"
     with_code = [p for p in pages() if fences(resolve_includes(p.read_text(encoding="utf-8")))]
     assert with_code, "no page has a Python block: fences() found none"
@@ -147,8 +149,12 @@ def test_home_and_every_page_with_code_show_the_install_lines(built_site):
         text = page_text(built_page(built_site, source))
         for line in lines:
             assert line in text, f"{source.name} does not show {line!r}"
+    # The README shows them with the version, which changes with every change to the
+    # package, written as <version>.
+    version = url.rsplit("/", 1)[1].split("-")[1]  # as the URL writes it: + is %2B
+    shown = install_lines(url.replace(version, "<version>"))
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for line in lines:
+    for line in shown:
         assert line in readme, f"README.md's 'Copy-run a snippet' must show {line!r}"
 
 
