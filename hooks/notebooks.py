@@ -45,7 +45,7 @@ from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 from notebook_setup import EVENT_LOOP, FAILED_CHECK, SETUP
 from page_blocks import Example, Skip, blocks_of, read_page, split_transcript, transcript
-from published_wheel import DOWNLOADS, install_box, install_commands
+from published_wheel import DOWNLOADS, install_box, install_commands, wheel_url
 from recorded_outputs import Run, is_a_page, key_of, load, package_hash
 
 NOTEBOOKS = "notebooks"
@@ -283,7 +283,7 @@ def _wheel_url(files, config) -> str:
     (wheel,) = [
         f for f in files if f.src_uri.startswith(f"{DOWNLOADS}/") and f.src_uri.endswith(".whl")
     ]
-    return config.site_url.rstrip("/") + "/" + wheel.src_uri
+    return wheel_url(config.site_url, wheel.src_uri)
 
 
 def on_nav(nav, config, files):
@@ -340,10 +340,14 @@ FOCUSABLE = {
 
 def on_page_content(html, page, config, files):
     """A notebook's page: under its title, the button that downloads it and a link back;
-    none of the scripts that would load from outside the site; its code focusable."""
+    none of the scripts that would load from outside the site; its code focusable; not in
+    the search index."""
     source = next((s for s in _state["titles"] if notebook_uri(s) == page.file.src_uri), None)
     if source is None:
         return html
+    # Out of the search index: its page says the same, and the index, which every page
+    # downloads and builds at load, was more than half notebooks.
+    page.meta["search"] = {"exclude": True}
     html = CDN_SCRIPTS.sub("", html)
     for before, after in FOCUSABLE.items():
         html = html.replace(before, after)

@@ -13,21 +13,43 @@
  * topic in the nav and on the home page's stage map, and the home page's "Next up" panel
  * (<div id="progress-panel">) with reset, export and import.
  */
+// @ts-check
 "use strict";
+
+/**
+ * A topic as curriculum.json lists it (hooks/curriculum.py's curriculum_json).
+ * @typedef {{slug: string, title: string, stage: number, summary: string, needs: string[],
+ *   url: string}} Topic
+ */
+/** @typedef {"done" | "ready" | "locked"} State */
+/** @typedef {Record<string, State>} States (slug -> state) */
 
 const STORAGE_KEY = "llmserve-progress";
 const FORMAT = "llmserve-progress";
 const VERSION = 1;
+/** @type {Record<State, string>} */
 const LABELS = { done: "Done", ready: "Ready", locked: "Locked" };
+/** @type {Record<State, string>} */
 const ICONS = { done: "✓", ready: "→", locked: "○" };
 
-/** The needs of `topic` that are not done yet, in the curriculum's order. */
+/**
+ * The needs of `topic` that are not done yet, in the curriculum's order.
+ * @param {Topic} topic
+ * @param {Set<string>} done
+ * @returns {string[]}
+ */
 function missingNeeds(topic, done) {
   return topic.needs.filter((slug) => !done.has(slug));
 }
 
-/** slug -> "done" | "ready" | "locked", for every topic. */
+/**
+ * slug -> "done" | "ready" | "locked", for every topic.
+ * @param {Topic[]} topics
+ * @param {Set<string>} done
+ * @returns {States}
+ */
 function topicStates(topics, done) {
+  /** @type {States} */
   const states = {};
   for (const topic of topics) {
     if (done.has(topic.slug)) states[topic.slug] = "done";
@@ -36,7 +58,12 @@ function topicStates(topics, done) {
   return states;
 }
 
-/** The Ready topics, in stage order (the curriculum's order within a stage). */
+/**
+ * The Ready topics, in stage order (the curriculum's order within a stage).
+ * @param {Topic[]} topics
+ * @param {Set<string>} done
+ * @returns {Topic[]}
+ */
 function nextUp(topics, done) {
   const states = topicStates(topics, done);
   return topics
@@ -44,7 +71,12 @@ function nextUp(topics, done) {
     .sort((a, b) => a.stage - b.stage);
 }
 
-/** The file a reader exports: small, versioned, slugs in curriculum order. */
+/**
+ * The file a reader exports: small, versioned, slugs in curriculum order.
+ * @param {Topic[]} topics
+ * @param {Set<string>} done
+ * @returns {string}
+ */
 function exportProgress(topics, done) {
   const slugs = topics.filter((topic) => done.has(topic.slug)).map((topic) => topic.slug);
   return JSON.stringify({ format: FORMAT, version: VERSION, done: slugs }, null, 2);
@@ -53,13 +85,19 @@ function exportProgress(topics, done) {
 /**
  * The done set from an exported file's text. Throws an Error that says what is wrong with the
  * file and what to do; nothing is changed until the whole file has been checked.
+ * @param {Topic[]} topics
+ * @param {string} text
+ * @returns {Set<string>}
  */
 function importProgress(topics, text) {
+  /** @type {any} what the file holds, checked below before it is used */
   let data;
   try {
     data = JSON.parse(text);
   } catch (error) {
-    throw new Error(`This is not a progress file: it is not JSON (${error.message}).`);
+    // JSON.parse throws a SyntaxError, an Error with a message.
+    const reason = /** @type {SyntaxError} */ (error).message;
+    throw new Error(`This is not a progress file: it is not JSON (${reason}).`);
   }
   if (data === null || typeof data !== "object" || data.format !== FORMAT) {
     throw new Error(`This is not a progress file: it has no "format": "${FORMAT}". ` +
@@ -69,15 +107,18 @@ function importProgress(topics, text) {
     throw new Error(`This progress file has version ${JSON.stringify(data.version)}; ` +
       `this site reads version ${VERSION}.`);
   }
-  if (!Array.isArray(data.done) || !data.done.every((slug) => typeof slug === "string")) {
+  if (!Array.isArray(data.done) ||
+    !data.done.every((/** @type {unknown} */ slug) => typeof slug === "string")) {
     throw new Error('This progress file\'s "done" must be a list of topic names.');
   }
+  /** @type {string[]} */
+  const slugs = data.done;
   const known = new Set(topics.map((topic) => topic.slug));
-  const unknown = data.done.filter((slug) => !known.has(slug));
+  const unknown = slugs.filter((slug) => !known.has(slug));
   if (unknown.length) {
     throw new Error(`This progress file names topics this site does not have: ${unknown.join(", ")}.`);
   }
-  return new Set(data.done);
+  return new Set(slugs);
 }
 
 if (typeof module !== "undefined") {
@@ -86,6 +127,10 @@ if (typeof module !== "undefined") {
 
 /* --- In the browser ------------------------------------------------------------------ */
 
+/**
+ * @param {Topic[]} topics
+ * @returns {Set<string>}
+ */
 function loadDone(topics) {
   try {
     const text = window.localStorage.getItem(STORAGE_KEY);
@@ -95,10 +140,22 @@ function loadDone(topics) {
   }
 }
 
+/**
+ * @param {Topic[]} topics
+ * @param {Set<string>} done
+ */
 function saveDone(topics, done) {
   window.localStorage.setItem(STORAGE_KEY, exportProgress(topics, done));
 }
 
+/**
+ * An HTML element with these attributes and children.
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {Record<string, string>} [attributes]
+ * @param {...(Node | string)} children
+ * @returns {HTMLElementTagNameMap[K]}
+ */
 function element(tag, attributes, ...children) {
   const node = document.createElement(tag);
   Object.entries(attributes || {}).forEach(([name, value]) => node.setAttribute(name, value));
@@ -106,17 +163,29 @@ function element(tag, attributes, ...children) {
   return node;
 }
 
+/** @param {State} state */
 function badge(state) {
   return element("span", { class: `progress-badge progress-${state}` },
     element("span", { "aria-hidden": "true" }, ICONS[state]), ` ${LABELS[state]}`);
 }
 
+/**
+ * @param {Topic[]} topics
+ * @param {string[]} slugs
+ * @returns {string[]}
+ */
 function titles(topics, slugs) {
   const bySlug = Object.fromEntries(topics.map((topic) => [topic.slug, topic]));
   return slugs.map((slug) => bySlug[slug].title);
 }
 
-/** A topic page's control: its state, what it still needs, and Mark as done / Undo. */
+/**
+ * A topic page's control: its state, what it still needs, and Mark as done / Undo.
+ * @param {HTMLElement} root
+ * @param {Topic[]} topics
+ * @param {Set<string>} done
+ * @param {() => void} render
+ */
 function showControl(root, topics, done, render) {
   const topic = topics.find((t) => t.slug === root.dataset.topic);
   if (!topic) return;
@@ -140,21 +209,28 @@ function showControl(root, topics, done, render) {
   root.hidden = false;
 }
 
-/** The stage map's topics: a class for the colour and a visible mark and word. */
+/**
+ * The stage map's topics: a class for the colour and a visible mark and word.
+ * @param {SVGSVGElement} map
+ * @param {Topic[]} topics
+ * @param {States} states
+ * @param {Set<string>} done
+ */
 function showMap(map, topics, states, done) {
   for (const group of map.querySelectorAll("g.stage-map-topic[data-slug]")) {
-    const slug = group.dataset.slug;
-    const topic = topics.find((t) => t.slug === slug);
+    const slug = /** @type {string} */ (/** @type {SVGGElement} */ (group).dataset.slug);
+    // The build marks only topics the curriculum has (hooks/curriculum.py).
+    const topic = /** @type {Topic} */ (topics.find((t) => t.slug === slug));
     const state = states[slug];
     Object.keys(LABELS).forEach((s) => group.classList.toggle(`progress-${s}`, s === state));
     let mark = group.querySelector("text.progress-mark");
     if (!mark) {
-      const rect = group.querySelector("rect");
+      const rect = /** @type {SVGRectElement} */ (group.querySelector("rect"));
       mark = document.createElementNS("http://www.w3.org/2000/svg", "text");
       mark.setAttribute("class", "progress-mark");
       const width = Number(rect.getAttribute("width"));
-      mark.setAttribute("x", Number(rect.getAttribute("x")) + width / 2);
-      mark.setAttribute("y", Number(rect.getAttribute("y")) + 13);
+      mark.setAttribute("x", String(Number(rect.getAttribute("x")) + width / 2));
+      mark.setAttribute("y", String(Number(rect.getAttribute("y")) + 13));
       group.append(mark);
     }
     mark.textContent = `${ICONS[state]} ${LABELS[state]}`;
@@ -162,14 +238,22 @@ function showMap(map, topics, states, done) {
     const why = needs.length ? ` (needs ${titles(topics, needs).join(", ")})` : "";
     const link = group.closest("a");
     if (link) link.setAttribute("aria-label", `${topic.title}: ${LABELS[state]}${why}`);
-    group.querySelector("title").textContent = `${LABELS[state]}${why}. ${topic.summary}`;
+    /** @type {Element} */ (group.querySelector("title")).textContent =
+      `${LABELS[state]}${why}. ${topic.summary}`;
   }
 }
 
-/** Each topic in the nav gets its state as a word (and an icon), not only a colour. */
+/**
+ * Each topic in the nav gets its state as a word (and an icon), not only a colour.
+ * @param {Topic[]} topics
+ * @param {States} states
+ * @param {string} base the site's root URL
+ */
 function showNav(topics, states, base) {
   const urls = new Map(topics.map((t) => [new URL(t.url, base).pathname, t]));
-  for (const link of document.querySelectorAll("nav.md-nav a.md-nav__link[href]")) {
+  const links = /** @type {NodeListOf<HTMLAnchorElement>} */ (
+    document.querySelectorAll("nav.md-nav a.md-nav__link[href]"));
+  for (const link of links) {
     const topic = urls.get(new URL(link.href).pathname);
     if (!topic) continue;
     link.querySelector(".progress-badge")?.remove();
@@ -177,7 +261,14 @@ function showNav(topics, states, base) {
   }
 }
 
-/** The home page's panel: Next up, and reset, export, import. */
+/**
+ * The home page's panel: Next up, and reset, export, import.
+ * @param {HTMLElement} panel
+ * @param {Topic[]} topics
+ * @param {Set<string>} done
+ * @param {() => void} render
+ * @param {string} base the site's root URL
+ */
 function showPanel(panel, topics, done, render, base) {
   const ready = nextUp(topics, done);
   const list = ready.length
@@ -185,6 +276,7 @@ function showPanel(panel, topics, done, render, base) {
       element("a", { href: new URL(topic.url, base).href }, topic.title),
       ` (stage ${topic.stage})`)))
     : element("p", {}, "Nothing: every topic is done.");
+  /** @type {(label: string, name: string, action: () => void) => HTMLButtonElement} */
   const button = (label, name, action) => {
     const b = element("button", { type: "button", class: "md-button", "data-action": name },
       label);
@@ -195,21 +287,21 @@ function showPanel(panel, topics, done, render, base) {
   const file = element("input", { type: "file", accept: ".json,application/json",
     id: "progress-import", "data-action": "import" });
   file.addEventListener("change", () => {
-    const chosen = file.files[0];
+    const chosen = file.files?.[0];
     if (!chosen) return;
     chosen.text().then((text) => {
       let imported;
       try {
         imported = importProgress(topics, text);
       } catch (error) {
-        message.textContent = error.message;
+        message.textContent = /** @type {Error} */ (error).message;
         return;
       }
       done.clear();
       imported.forEach((slug) => done.add(slug));
       saveDone(topics, done);
       render();
-      document.querySelector("#progress-panel .progress-message").textContent =
+      progressMessage().textContent =
         `Imported: ${done.size} ${done.size === 1 ? "topic" : "topics"} done.`;
     });
   });
@@ -226,7 +318,7 @@ function showPanel(panel, topics, done, render, base) {
         done.clear();
         saveDone(topics, done);
         render();
-        document.querySelector("#progress-panel .progress-message").textContent =
+        progressMessage().textContent =
           "Progress reset: nothing is done.";
       }), " ",
       button("Export progress", "export", () => {
@@ -244,37 +336,58 @@ function showPanel(panel, topics, done, render, base) {
 }
 
 /**
+ * The panel's message line, as the last render drew it (a render replaces the panel).
+ * @returns {HTMLElement}
+ */
+function progressMessage() {
+  return /** @type {HTMLElement} */ (document.querySelector("#progress-panel .progress-message"));
+}
+
+/**
  * Under the map, one line says the state of the topic the pointer or the keyboard focus is on,
  * and which needs are not done yet: a tooltip a keyboard can open too.
+ * @param {Element} box
  */
 function mountHint(box) {
   const hint = element("p", { class: "progress-hint", "aria-hidden": "true" },
     "Point at a topic, or move to it with Tab, to see its state and what it still needs.");
   box.after(hint);
+  /** @param {Event} event */
   const show = (event) => {
-    const link = event.target.closest && event.target.closest("a[aria-label]");
+    const target = /** @type {Partial<Element> | null} */ (event.target);
+    const link = target && target.closest && target.closest("a[aria-label]");
     if (link) hint.textContent = link.getAttribute("aria-label");
   };
   box.addEventListener("focusin", show);
   box.addEventListener("mouseover", show);
 }
 
+/**
+ * @param {Topic[]} topics
+ * @param {string} base the site's root URL
+ */
 function mountProgress(topics, base) {
   const done = loadDone(topics);
   const box = document.querySelector(".stage-map-box");
   if (box) mountHint(box);
   // Re-rendering replaces the controls: keep the keyboard focus on the one that was used.
   const render = () => {
-    const focused = document.activeElement && document.activeElement.dataset
-      ? document.activeElement.dataset.action : undefined;
+    const active = /** @type {Partial<HTMLElement> | null} */ (document.activeElement);
+    const focused = active && active.dataset ? active.dataset.action : undefined;
     const states = topicStates(topics, done);
-    document.querySelectorAll(".progress-control[data-topic]")
-      .forEach((root) => showControl(root, topics, done, render));
-    document.querySelectorAll("svg.stage-map").forEach((map) => showMap(map, topics, states, done));
+    const controls = /** @type {NodeListOf<HTMLElement>} */ (
+      document.querySelectorAll(".progress-control[data-topic]"));
+    controls.forEach((root) => showControl(root, topics, done, render));
+    const maps = /** @type {NodeListOf<SVGSVGElement>} */ (
+      document.querySelectorAll("svg.stage-map"));
+    maps.forEach((map) => showMap(map, topics, states, done));
     const panel = document.getElementById("progress-panel");
     if (panel) showPanel(panel, topics, done, render, base);
     showNav(topics, states, base);
-    if (focused) document.querySelector(`[data-action="${focused}"]`)?.focus();
+    if (focused) {
+      /** @type {HTMLElement | null} */ (document.querySelector(`[data-action="${focused}"]`))
+        ?.focus();
+    }
   };
   render();
   // Another tab marked a topic: show it here too.
@@ -288,7 +401,7 @@ function mountProgress(topics, base) {
 }
 
 if (typeof document !== "undefined") {
-  const script = document.currentScript;
+  const script = /** @type {HTMLScriptElement | null} */ (document.currentScript);
   const here = script ? script.src : document.baseURI;
   const base = new URL("..", here).href; // this script sits in <site>/javascripts/
   const dataUrl = new URL("curriculum.json", here).href;

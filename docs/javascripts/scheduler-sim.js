@@ -18,16 +18,55 @@
  * coefficients of the page's model and GPU from scheduler-sim.json, which the docs build
  * writes next to this script (hooks/site_data.py). Elsewhere it does nothing.
  */
+// @ts-check
 // One function scope: the site's other scripts share the page's global scope.
 (() => {
   "use strict";
 
+  /**
+   * SchedulerConfig's fields (camelCase), checked, with the watermark in blocks.
+   * @typedef {{tokenBudget: number, maxNumSeqs: number, blockSize: number, numBlocks: number,
+   *   batching: string, priority: string, watermark: number, maxSkips: number,
+   *   watermarkBlocks: number}} SchedulerConfig
+   */
+  /**
+   * One request of a workload, as planning.workload.RequestSpec.
+   * @typedef {{requestId: string, arrivalTime: number, promptLen: number,
+   *   outputLen: number}} RequestSpec
+   */
+  /**
+   * StepCost's public numbers (hooks/site_data.py's step_cost_as_dict).
+   * @typedef {{weightBytes: number, kvBytesPerToken: number, flopsPerToken: number,
+   *   flopsPerPair: number, peakFlops: number, memoryBandwidth: number, mfu: number,
+   *   mbu: number}} StepCostData
+   */
+  /** @typedef {(numTokens: number, kvTokensRead: number, attentionPairs: number) => number}
+   *   StepTime seconds one step takes */
+  /**
+   * One step of one instance, as the simulator records it.
+   * @typedef {{instance: number, start: number, duration: number,
+   *   numScheduledTokens: Map<string, number>, preempted: string[]}} Step
+   */
+  /** @typedef {{ttft: number | null, tpot: number | null, e2e: number | null}} SloTargets */
+  /** @typedef {() => number} Random uniform in [0, 1) */
+  /** @typedef {(random: Random) => number} Lengths a length distribution */
+
+  /**
+   * @param {boolean} condition
+   * @param {string} message
+   * @returns {asserts condition}
+   */
   function check(condition, message) {
     if (!condition) throw new Error(message);
   }
 
   /* ---- the block manager, as far as requests without token ids use it ---- */
 
+  /**
+   * @param {number} numTokens
+   * @param {number} blockSize
+   * @returns {number}
+   */
   function blocksFor(numTokens, blockSize) {
     return Math.ceil(numTokens / blockSize);
   }
@@ -35,18 +74,34 @@
   /* Free blocks and, per request, how many it holds: with no prefix cache and no sharing,
      BlockManager's reference counts are all 1 and its block ids never matter here. */
   class BlockManager {
+    /**
+     * @param {number} numBlocks
+     * @param {number} blockSize
+     */
     constructor(numBlocks, blockSize) {
       this.numBlocks = numBlocks;
       this.blockSize = blockSize;
       this.numFreeBlocks = numBlocks;
+      /** @type {Map<string, number>} */
       this.tables = new Map(); // request id -> blocks held
     }
 
+    /**
+     * @param {number} numTokens
+     * @param {number} [capacity]
+     * @returns {number}
+     */
     blocksNeeded(numTokens, capacity = 0) {
       return blocksFor(Math.max(numTokens, capacity), this.blockSize);
     }
 
-    /* Returns the tokens found in the prefix cache: none, without token ids. */
+    /**
+     * Returns the tokens found in the prefix cache: none, without token ids.
+     * @param {string} seqId
+     * @param {number} numTokens
+     * @param {number} [capacity]
+     * @returns {number}
+     */
     allocate(seqId, numTokens, capacity = 0) {
       const needed = this.blocksNeeded(numTokens, capacity);
       check(!this.tables.has(seqId),
@@ -58,18 +113,35 @@
       return 0;
     }
 
-    /* Room for positions up to numTokens - 1; false, changing nothing, if blocks are short. */
+    /**
+     * Room for positions up to numTokens - 1; false, changing nothing, if blocks are short.
+     * @param {string} seqId
+     * @param {number} numComputedTokens
+     * @param {number} numTokens
+     * @returns {boolean}
+     */
     appendSlots(seqId, numComputedTokens, numTokens) {
-      const added = Math.max(0, blocksFor(numTokens, this.blockSize) - this.tables.get(seqId));
+      const held = this.held(seqId);
+      const added = Math.max(0, blocksFor(numTokens, this.blockSize) - held);
       if (added > this.numFreeBlocks) return false;
-      this.tables.set(seqId, this.tables.get(seqId) + added);
+      this.tables.set(seqId, held + added);
       this.numFreeBlocks -= added;
       return true;
     }
 
+    /** @param {string} seqId */
     free(seqId) {
-      this.numFreeBlocks += this.tables.get(seqId);
+      this.numFreeBlocks += this.held(seqId);
       this.tables.delete(seqId);
+    }
+
+    /**
+     * The blocks a request holds (it must hold a table: allocate() gave it one).
+     * @param {string} seqId
+     * @returns {number}
+     */
+    held(seqId) {
+      return /** @type {number} */ (this.tables.get(seqId));
     }
   }
 
@@ -81,6 +153,11 @@
 
   /* One request, counted in tokens (n = 1: the simulator never forks). */
   class Request {
+    /**
+     * @param {string} requestId
+     * @param {number} promptLen
+     * @param {number} maxTokens
+     */
     constructor(requestId, promptLen, maxTokens) {
       this.requestId = requestId;
       this.promptLen = promptLen;
@@ -107,10 +184,16 @@
     batching: "continuous", priority: "decode", watermark: 0.01, maxSkips: 0,
   };
 
-  /* SchedulerConfig: the defaults and the checks of the Python dataclass. */
+  /**
+   * SchedulerConfig: the defaults and the checks of the Python dataclass.
+   * @param {Partial<SchedulerConfig>} [options]
+   * @returns {SchedulerConfig}
+   */
   function schedulerConfig(options = {}) {
-    const c = { ...CONFIG_DEFAULTS, ...options };
-    for (const name of ["tokenBudget", "maxNumSeqs", "blockSize", "numBlocks"]) {
+    const c = { ...CONFIG_DEFAULTS, watermarkBlocks: 0, ...options };
+    /** @type {("tokenBudget" | "maxNumSeqs" | "blockSize" | "numBlocks")[]} */
+    const counts = ["tokenBudget", "maxNumSeqs", "blockSize", "numBlocks"];
+    for (const name of counts) {
       check(Number.isInteger(c[name]) && c[name] >= 1,
         `${name} must be at least 1, got ${c[name]}`);
     }
@@ -129,7 +212,12 @@
     return c;
   }
 
-  /* (query, key) pairs `numTokens` new tokens score after `numCached` cached ones, causally. */
+  /**
+   * (query, key) pairs `numTokens` new tokens score after `numCached` cached ones, causally.
+   * @param {number} numTokens
+   * @param {number} numCached
+   * @returns {number}
+   */
   function pairs(numTokens, numCached) {
     return numTokens * numCached + (numTokens * (numTokens + 1)) / 2;
   }
@@ -137,14 +225,21 @@
   /* What one step runs, with the two sums the step-time model takes. */
   class SchedulerOutput {
     constructor() {
+      /** @type {Map<string, number>} */
       this.numScheduledTokens = new Map(); // request id -> tokens, in scheduling order
+      /** @type {Map<string, Request>} */
       this.scheduled = new Map(); // request id -> Request
+      /** @type {string[]} */
       this.preempted = [];
       this.totalNumScheduledTokens = 0;
       this.kvTokensRead = 0;
       this.attentionPairs = 0;
     }
 
+    /**
+     * @param {Request} request
+     * @param {number} numTokens
+     */
     add(request, numTokens) {
       this.scheduled.set(request.requestId, request);
       this.numScheduledTokens.set(request.requestId, numTokens);
@@ -153,6 +248,7 @@
       this.attentionPairs += pairs(numTokens, request.numComputedTokens);
     }
 
+    /** @param {Request} request */
     remove(request) {
       const numTokens = this.numScheduledTokens.get(request.requestId) || 0;
       if (!numTokens) return;
@@ -165,14 +261,18 @@
   }
 
   class Scheduler {
+    /** @param {SchedulerConfig} config */
     constructor(config) {
       this.config = config;
+      /** @type {Request[]} */
       this.waiting = []; // a deque: index 0 is its head
+      /** @type {Request[]} */
       this.running = []; // in admission order
       this.blockManager = new BlockManager(config.numBlocks, config.blockSize);
       this.numPreemptions = 0;
     }
 
+    /** @param {Request} request */
     addRequest(request) {
       check(request.promptLen >= 1 && request.maxTokens >= 1,
         `request '${request.requestId}': prompt_len and max_tokens must be at least 1, ` +
@@ -187,7 +287,10 @@
       this.waiting.push(request);
     }
 
-    /* This step's tokens: decodes, prompt chunks and admissions, in priority order. */
+    /**
+     * This step's tokens: decodes, prompt chunks and admissions, in priority order.
+     * @returns {SchedulerOutput}
+     */
     schedule() {
       const out = new SchedulerOutput();
       if (this.config.priority === "decode") {
@@ -202,10 +305,15 @@
       return out;
     }
 
+    /**
+     * @param {SchedulerOutput} out
+     * @returns {number}
+     */
     budgetLeft(out) {
       return this.config.tokenBudget - out.totalNumScheduledTokens;
     }
 
+    /** @param {SchedulerOutput} out */
     scheduleDecodes(out) {
       for (const request of [...this.running]) { // oldest first; preemption shrinks the list
         if (request.status !== RUNNING || !request.isDecoding) continue;
@@ -214,6 +322,7 @@
       }
     }
 
+    /** @param {SchedulerOutput} out */
     schedulePrefills(out) {
       for (const request of this.running) {
         if (request.isDecoding) continue;
@@ -223,7 +332,10 @@
       }
     }
 
-    /* Move waiting requests to running while a seat, the budget and their blocks allow. */
+    /**
+     * Move waiting requests to running while a seat, the budget and their blocks allow.
+     * @param {SchedulerOutput} out
+     */
     admit(out) {
       const isStatic = this.config.batching === "static";
       if (isStatic && this.running.length) return; // a static batch runs until its last finishes
@@ -240,7 +352,7 @@
         if (needed + headroom > blocks.numFreeBlocks) {
           if (request.numSkips >= this.config.maxSkips) break; // head-of-line: nobody passes it
           request.numSkips += 1;
-          skipped.push(this.waiting.shift());
+          skipped.push(/** @type {Request} */ (this.waiting.shift()));
           continue;
         }
         this.waiting.shift();
@@ -257,6 +369,10 @@
 
     /* Tokens to hold blocks for at admission: a static batch's member its whole length, since
        it never grows; any other request (one resumed after a preemption too) what it has. */
+    /**
+     * @param {Request} request
+     * @returns {number}
+     */
     capacity(request) {
       if (this.config.batching === "static") return request.promptLen + request.maxTokens;
       return request.numTokens;
@@ -264,6 +380,11 @@
 
     /* Room for a decode's next token, preempting the newest unreserved request if none is free
        (possibly `request` itself). Returns whether `request` still runs. */
+    /**
+     * @param {Request} request
+     * @param {SchedulerOutput} out
+     * @returns {boolean}
+     */
     grow(request, out) {
       const blocks = this.blockManager;
       while (!blocks.appendSlots(request.requestId, request.numComputedTokens, request.numTokens)) {
@@ -276,7 +397,11 @@
       return true;
     }
 
-    /* Recompute preemption: drop its cache, keep its outputs, queue it first. */
+    /**
+     * Recompute preemption: drop its cache, keep its outputs, queue it first.
+     * @param {Request} request
+     * @param {SchedulerOutput} out
+     */
     preempt(request, out) {
       out.remove(request); // it may already hold a chunk of this step
       this.running.splice(this.running.indexOf(request), 1);
@@ -289,12 +414,16 @@
       out.preempted.push(request.requestId);
     }
 
-    /* Advance the scheduled requests after the forward pass; return those that sampled. */
+    /**
+     * Advance the scheduled requests after the forward pass; return those that sampled.
+     * @param {SchedulerOutput} out
+     * @returns {Request[]}
+     */
     updateFromOutput(out) {
       const sampled = [];
       let finished = false;
       for (const [requestId, numTokens] of out.numScheduledTokens) {
-        const request = out.scheduled.get(requestId);
+        const request = /** @type {Request} */ (out.scheduled.get(requestId));
         request.numComputedTokens += numTokens;
         if (request.numComputedTokens === request.numTokens) {
           request.numOutputTokens += 1;
@@ -319,6 +448,10 @@
 
   /* `cost` holds StepCost's public numbers: weightBytes, kvBytesPerToken, flopsPerToken,
      flopsPerPair, peakFlops, memoryBandwidth, mfu, mbu (hooks/site_data.py writes them). */
+  /**
+   * @param {StepCostData} cost
+   * @returns {StepTime}
+   */
   function stepCost(cost) {
     const flops = cost.peakFlops * cost.mfu;
     const bandwidth = cost.memoryBandwidth * cost.mbu;
@@ -339,6 +472,7 @@
 
   /* When one request arrived, got its first token and finished (simulated seconds). */
   class RequestMetrics {
+    /** @param {RequestSpec} spec */
     constructor(spec) {
       this.requestId = spec.requestId;
       this.arrivalTime = spec.arrivalTime;
@@ -363,7 +497,11 @@
       return this.finishTime - this.arrivalTime;
     }
 
-    /* slo: { ttft, tpot, e2e } in seconds, null for no target; as SLO.met_by. */
+    /**
+     * slo: { ttft, tpot, e2e } in seconds, null for no target; as SLO.met_by.
+     * @param {SloTargets} slo
+     * @returns {boolean}
+     */
     meets(slo) {
       return (slo.ttft == null || this.ttft <= slo.ttft) &&
         (slo.tpot == null || Number.isNaN(this.tpot) || this.tpot <= slo.tpot) &&
@@ -371,7 +509,12 @@
     }
   }
 
-  /* numpy.percentile's default (linear) method, with numpy's own interpolation formula. */
+  /**
+   * numpy.percentile's default (linear) method, with numpy's own interpolation formula.
+   * @param {number[]} values
+   * @param {number} q
+   * @returns {number}
+   */
   function percentileOf(values, q) {
     const sorted = [...values].sort((a, b) => a - b);
     const position = (q / 100) * (sorted.length - 1);
@@ -386,6 +529,11 @@
   }
 
   class SimResult {
+    /**
+     * @param {RequestMetrics[]} requests
+     * @param {number} numSteps
+     * @param {Step[]} steps
+     */
     constructor(requests, numSteps, steps) {
       this.requests = requests;
       this.numSteps = numSteps;
@@ -411,16 +559,29 @@
       return this.requests.length / this.duration;
     }
 
-    /* Requests per second that met every latency target. */
+    /**
+     * Requests per second that met every latency target.
+     * @param {SloTargets} slo
+     * @returns {number}
+     */
     goodput(slo) {
       return this.requests.filter((m) => m.meets(slo)).length / this.duration;
     }
 
+    /**
+     * @param {SloTargets} slo
+     * @returns {number}
+     */
     attainment(slo) {
       return this.requests.filter((m) => m.meets(slo)).length / this.requests.length;
     }
 
-    /* The q-th percentile of "ttft", "tpot" or "e2eLatency" (one-token outputs left out). */
+    /**
+     * The q-th percentile of "ttft", "tpot" or "e2eLatency" (one-token outputs left out).
+     * @param {"ttft" | "tpot" | "e2eLatency"} metric
+     * @param {number} q
+     * @returns {number}
+     */
     percentile(metric, q) {
       return percentileOf(this.requests.map((m) => m[metric]).filter((v) => !Number.isNaN(v)), q);
     }
@@ -431,16 +592,33 @@
      attentionPairs)` seconds. A router sends each arrival to the instance with the fewest
      unfinished requests; time advances by always stepping the instance whose next step starts
      first, after any arrival due by then. */
+  /**
+   * @param {RequestSpec[]} workload
+   * @param {SchedulerConfig} config
+   * @param {StepTime} stepTime
+   * @param {{numInstances?: number, recordSteps?: boolean}} [options]
+   * @returns {SimResult}
+   */
   function simulate(workload, config, stepTime, { numInstances = 1, recordSteps = false } = {}) {
     const metrics = new Map(workload.map((r) => [r.requestId, new RequestMetrics(r)]));
     const instances = Array.from({ length: numInstances }, (_, index) => (
       { index, scheduler: new Scheduler(config), clock: 0 }
     ));
+    /** @typedef {(typeof instances)[number]} Instance */
+    /** @type {(i: Instance) => number} */
     const load = (i) => i.scheduler.waiting.length + i.scheduler.running.length;
     const arrivals = [...workload].sort((a, b) => a.arrivalTime - b.arrivalTime); // stable
     let next = 0; // the next arrival
+    /** @type {Step[]} */
     const steps = [];
     let numSteps = 0;
+
+    /**
+     * The metrics of a request of the workload.
+     * @param {string} requestId
+     * @returns {RequestMetrics}
+     */
+    const metric = (requestId) => /** @type {RequestMetrics} */ (metrics.get(requestId));
 
     // Join the least-loaded instance; an idle one starts its next step no earlier than now.
     function arrive() {
@@ -453,7 +631,10 @@
       instance.scheduler.addRequest(request);
     }
 
-    // One scheduler step on `instance`, for as long as the cost model predicts.
+    /**
+     * One scheduler step on `instance`, for as long as the cost model predicts.
+     * @param {Instance} instance
+     */
     function step(instance) {
       const out = instance.scheduler.schedule();
       check(out.numScheduledTokens.size > 0,
@@ -468,9 +649,9 @@
       }
       instance.clock += duration;
       numSteps += 1;
-      for (const requestId of out.preempted) metrics.get(requestId).numPreemptions += 1;
+      for (const requestId of out.preempted) metric(requestId).numPreemptions += 1;
       for (const request of instance.scheduler.updateFromOutput(out)) {
-        const m = metrics.get(request.requestId);
+        const m = metric(request.requestId);
         if (Number.isNaN(m.firstTokenTime)) m.firstTokenTime = instance.clock;
         if (request.status === FINISHED) m.finishTime = instance.clock;
       }
@@ -490,7 +671,11 @@
 
   /* ---- workloads: planning/workload.py's distributions, from a seeded generator ---- */
 
-  /* A small seeded generator (mulberry32): uniform in [0, 1), the same stream for a seed. */
+  /**
+   * A small seeded generator (mulberry32): uniform in [0, 1), the same stream for a seed.
+   * @param {number} seed
+   * @returns {Random}
+   */
   function rng(seed) {
     let a = seed >>> 0;
     return () => {
@@ -502,7 +687,11 @@
     };
   }
 
-  /* A standard normal draw (Box-Muller; 1 - u keeps the logarithm finite). */
+  /**
+   * A standard normal draw (Box-Muller; 1 - u keeps the logarithm finite).
+   * @param {Random} random
+   * @returns {number}
+   */
   function normal(random) {
     const u = 1 - random();
     return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * random());
@@ -510,6 +699,12 @@
 
   /* A gamma draw of this shape and scale (Marsaglia and Tsang, 2000; a shape below 1 is
      drawn at shape + 1 and scaled by u^(1/shape)). */
+  /**
+   * @param {Random} random
+   * @param {number} shape
+   * @param {number} scale
+   * @returns {number}
+   */
   function gamma(random, shape, scale) {
     if (shape < 1) return gamma(random, shape + 1, scale) * (1 - random()) ** (1 / shape);
     const d = shape - 1 / 3;
@@ -523,17 +718,33 @@
     }
   }
 
-  /* Length distributions, as workload.py's Fixed, Uniform and LogNormal. */
+  /**
+   * Length distributions, as workload.py's Fixed, Uniform and LogNormal.
+   * @param {number} length
+   * @returns {Lengths}
+   */
   function fixed(length) {
     return () => length;
   }
 
-  /* Lengths uniform in [low, high], both included. */
+  /**
+   * Lengths uniform in [low, high], both included.
+   * @param {number} low
+   * @param {number} high
+   * @returns {Lengths}
+   */
   function uniform(low, high) {
     return (random) => low + Math.floor(random() * (high - low + 1));
   }
 
-  /* exp of a normal with this median and sigma, rounded, clipped to [low, high]. */
+  /**
+   * exp of a normal with this median and sigma, rounded, clipped to [low, high].
+   * @param {number} median
+   * @param {number} sigma
+   * @param {number} [low]
+   * @param {number} [high]
+   * @returns {Lengths}
+   */
   function logNormal(median, sigma, low = 1, high = 32768) {
     return (random) => {
       const draw = Math.exp(Math.log(median) + sigma * normal(random));
@@ -543,6 +754,14 @@
 
   /* `numRequests` requests with gamma gaps of mean 1 / rate (shape `burstiness`; rate
      Infinity: all at time 0), the same ones for the same arguments and seed. */
+  /**
+   * @param {number} numRequests
+   * @param {number} rate
+   * @param {Lengths} promptLen
+   * @param {Lengths} outputLen
+   * @param {{burstiness?: number, seed?: number}} [options]
+   * @returns {RequestSpec[]}
+   */
   function sampleWorkload(numRequests, rate, promptLen, outputLen,
     { burstiness = 1, seed = 0 } = {}) {
     check(rate > 0 && burstiness > 0,
@@ -575,14 +794,35 @@
   /* ---- the widget: runs only in a browser, only where the page has one ---- */
 
   const SVG = "http://www.w3.org/2000/svg";
+  const TIMELINE_WIDTH = 720; // the timeline's viewBox
+  const TIMELINE_HEIGHT = 160;
   const NUM_REQUESTS = 200;
   const PROMPT_HIGH = 4096; // length caps, so that every request fits the smallest cache offered
   const OUTPUT_HIGH = 1024;
+  /** @type {SloTargets} */
   const SLO_TARGETS = { ttft: 0.5, tpot: 0.05, e2e: null }; // the page's SLO
 
-  /* The page's settings, read from its sliders (ids sim-rate, sim-budget, ...). */
+  /**
+   * The widget's settings: the workload's and the scheduler's.
+   * @typedef {{rate: number, promptMedian: number, promptSigma: number, outputMedian: number,
+   *   outputSigma: number, tokenBudget: number, maxNumSeqs: number, numBlocks: number,
+   *   seed: number}} Settings
+   */
+  /**
+   * scheduler-sim.json (hooks/site_data.py): what the page simulates.
+   * @typedef {{model: string, gpu: string, cost: StepCostData, blockSize: number,
+   *   gpuBlocks: number}} SimData
+   */
+
+  /**
+   * The page's settings, read from its sliders (ids sim-rate, sim-budget, ...).
+   * @param {HTMLElement} root
+   * @returns {Settings}
+   */
   function readSettings(root) {
-    const value = (id) => Number(root.querySelector(`#sim-${id}`).value);
+    /** @type {(id: string) => number} */
+    const value = (id) => Number(
+      /** @type {HTMLInputElement} */ (root.querySelector(`#sim-${id}`)).value);
     return {
       rate: value("rate"), promptMedian: value("prompt"), promptSigma: value("prompt-sigma"),
       outputMedian: value("output"), outputSigma: value("output-sigma"),
@@ -593,6 +833,11 @@
 
   /* The widget's whole computation, without the page: a workload of NUM_REQUESTS requests
      from the settings, served on one instance (the browser test runs it under Node too). */
+  /**
+   * @param {Settings} settings
+   * @param {SimData} data
+   * @returns {SimResult}
+   */
   function runSettings(settings, data) {
     const workload = sampleWorkload(NUM_REQUESTS, settings.rate,
       logNormal(settings.promptMedian, settings.promptSigma, 1, PROMPT_HIGH),
@@ -605,20 +850,36 @@
     return simulate(workload, config, stepCost(data.cost), { recordSteps: true });
   }
 
+  /** @type {(x: number, digits: number) => string} */
   const fmt = (x, digits) => x.toLocaleString("en", {
     minimumFractionDigits: digits, maximumFractionDigits: digits,
   });
-  // Latencies in ms below a second, in seconds above.
+  /** @type {(seconds: number) => string} Latencies in ms below a second, in seconds above. */
   const latency = (seconds) => (
     seconds < 1 ? `${fmt(seconds * 1e3, 1)} ms` : `${fmt(seconds, 2)} s`);
 
+  /**
+   * What the widget shows for one setting: each output's text by id (sim-out-<id>), the
+   * timeline's paths and its caption; or the error that stopped the simulation.
+   * @typedef {{outputs: Record<string, string>, paths: [string, string][], caption: string}
+   *   | {error: string}} View
+   */
+
   /* Steps as bars (tokens against the budget) and a line (requests in the step against
-     max_num_seqs), with a tick above each step that preempted. One <path> each. */
-  function drawTimeline(svg, result, settings) {
-    const width = 720;
-    const height = 160;
+     max_num_seqs), with a tick above each step that preempted: one <path> each, as
+     [d, class] in a 720 x 160 viewBox. */
+  /**
+   * @param {SimResult} result
+   * @param {Settings} settings
+   * @returns {[string, string][]}
+   */
+  function timelinePaths(result, settings) {
+    const width = TIMELINE_WIDTH;
+    const height = TIMELINE_HEIGHT;
     const top = 12;
+    /** @type {(t: number) => number} */
     const x = (t) => (t / result.duration) * width;
+    /** @type {(fraction: number) => number} */
     const y = (fraction) => top + (1 - fraction) * (height - top);
     let bars = "";
     let line = "";
@@ -633,57 +894,145 @@
       line += `${line ? "L" : "M"}${x0.toFixed(2)} ${batch}h${w.toFixed(2)}`;
       if (s.preempted.length) ticks += `M${x0.toFixed(2)} 0v${top - 2}`;
     }
-    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-    svg.replaceChildren();
-    for (const [d, cls] of [[bars, "sim-tokens"], [line, "sim-batch"], [ticks, "sim-preempt"]]) {
-      const path = document.createElementNS(SVG, "path");
-      path.setAttribute("d", d);
-      path.setAttribute("class", cls);
-      svg.append(path);
+    return [[bars, "sim-tokens"], [line, "sim-batch"], [ticks, "sim-preempt"]];
+  }
+
+  /**
+   * The whole computation behind one view of the widget, as text: no page needed, so that a
+   * Worker runs it (the page stays responsive while it simulates).
+   * @param {Settings} settings
+   * @param {SimData} data
+   * @returns {View}
+   */
+  function widgetView(settings, data) {
+    try {
+      const result = runSettings(settings, data);
+      /** @type {Record<string, string>} */
+      const outputs = {};
+      for (const metric of /** @type {const} */ (["ttft", "tpot"])) {
+        for (const q of [50, 90, 99]) {
+          outputs[`${metric}-p${q}`] = latency(result.percentile(metric, q));
+        }
+      }
+      const preemptions = result.requests.reduce((n, m) => n + m.numPreemptions, 0);
+      outputs.throughput = `${fmt(result.throughput(), 0)} output tokens/s`;
+      outputs.goodput = `${fmt(result.goodput(SLO_TARGETS), 2)} requests/s ` +
+        `(${fmt(100 * result.attainment(SLO_TARGETS), 0)}% within the SLO)`;
+      outputs.steps =
+        `${result.numSteps.toLocaleString("en")} steps in ${fmt(result.duration, 1)} s`;
+      outputs.preemptions = preemptions.toLocaleString("en");
+      const caption = `Timeline: ${result.numSteps.toLocaleString("en")} ` +
+        `steps over ${fmt(result.duration, 1)} s of simulated time, ` +
+        `${preemptions.toLocaleString("en")} preemptions.`;
+      return { outputs, paths: timelinePaths(result, settings), caption };
+    } catch (error) {
+      return { error: /** @type {Error} */ (error).message };
     }
   }
 
-  function mountSimulator(root, dataUrl) {
+  /**
+   * Computes views in a Worker that runs this same script, one at a time: a request made
+   * while one runs waits, and only the newest waiting one runs next (a moving slider asks
+   * for many). Without Workers, or if the Worker does not load, it computes on the page.
+   * @param {string | null} scriptUrl this script's URL
+   * @param {(view: View) => void} show
+   * @returns {(settings: Settings, data: SimData) => void}
+   */
+  function viewComputer(scriptUrl, show) {
+    /** @type {Worker | null} */
+    let worker = null;
+    try {
+      if (scriptUrl && typeof Worker === "function") worker = new Worker(scriptUrl);
+    } catch (error) {
+      worker = null; // e.g. a page opened from a file: compute on the page
+    }
+    /** @typedef {[Settings, SimData]} Asked */
+    /** @type {Asked | null} */
+    let running = null;
+    /** @type {Asked | null} */
+    let waiting = null; // the newest request made while one ran
+    /** @param {Asked} asked */
+    const run = (asked) => {
+      running = asked;
+      if (worker) worker.postMessage({ settings: asked[0], data: asked[1] });
+      else done(widgetView(...asked));
+    };
+    /** @param {View} view */
+    const done = (view) => {
+      running = null;
+      show(view);
+      const next = waiting;
+      waiting = null;
+      if (next) run(next);
+    };
+    if (worker) {
+      worker.onmessage = (event) => done(event.data);
+      worker.onerror = (event) => { // it did not load: compute on the page from now on
+        event.preventDefault();
+        worker = null;
+        if (running) run(running);
+      };
+    }
+    return (settings, data) => {
+      if (running) waiting = [settings, data];
+      else run([settings, data]);
+    };
+  }
+
+  // In the Worker that viewComputer starts: a view for each {settings, data} the page posts.
+  if (typeof document === "undefined" && "importScripts" in globalThis) {
+    self.onmessage = (event) => {
+      self.postMessage(widgetView(event.data.settings, event.data.data));
+    };
+  }
+
+  /**
+   * @param {HTMLElement} root
+   * @param {string} dataUrl
+   * @param {string | null} scriptUrl this script's URL, which a Worker runs
+   */
+  function mountSimulator(root, dataUrl, scriptUrl) {
     if (root.dataset.mounted) return;
     root.dataset.mounted = "yes";
-    const $ = (id) => root.querySelector(`#sim-${id}`);
-    let data = null;
+    /** @type {(id: string) => HTMLElement} the widget's element of id sim-<id> */
+    const $ = (id) => /** @type {HTMLElement} */ (root.querySelector(`#sim-${id}`));
+    /** @type {SimData} the page's data, once loaded (nothing runs before) */
+    let data;
     let pending = false;
+
+    /** @param {View} view */
+    function show(view) {
+      if ("error" in view) {
+        root.querySelectorAll("output[id^=sim-out]").forEach((o) => { o.textContent = "-"; });
+        $("error").textContent = view.error;
+        return;
+      }
+      for (const [id, text] of Object.entries(view.outputs)) $(`out-${id}`).textContent = text;
+      const svg = $("timeline");
+      svg.setAttribute("viewBox", `0 0 ${TIMELINE_WIDTH} ${TIMELINE_HEIGHT}`);
+      svg.replaceChildren();
+      for (const [d, cls] of view.paths) {
+        const path = document.createElementNS(SVG, "path");
+        path.setAttribute("d", d);
+        path.setAttribute("class", cls);
+        svg.append(path);
+      }
+      $("timeline-caption").textContent = view.caption;
+      $("error").textContent = "";
+    }
+    const compute = viewComputer(scriptUrl, show);
 
     function update() {
       pending = false;
-      const out = (id, text) => { $(`out-${id}`).textContent = text; };
       root.querySelectorAll("input[type=range]").forEach((input) => {
-        root.querySelector(`output[for="${input.id}"]`).textContent =
-          Number(input.value).toLocaleString("en");
+        /** @type {HTMLOutputElement} */ (root.querySelector(`output[for="${input.id}"]`))
+          .textContent =
+          Number(/** @type {HTMLInputElement} */ (input).value).toLocaleString("en");
       });
-      try {
-        const settings = readSettings(root);
-        const result = runSettings(settings, data);
-        for (const metric of ["ttft", "tpot"]) {
-          for (const q of [50, 90, 99]) {
-            out(`${metric}-p${q}`, latency(result.percentile(metric, q)));
-          }
-        }
-        const preemptions = result.requests.reduce((n, m) => n + m.numPreemptions, 0);
-        out("throughput", `${fmt(result.throughput(), 0)} output tokens/s`);
-        out("goodput", `${fmt(result.goodput(SLO_TARGETS), 2)} requests/s ` +
-          `(${fmt(100 * result.attainment(SLO_TARGETS), 0)}% within the SLO)`);
-        out("steps",
-          `${result.numSteps.toLocaleString("en")} steps in ${fmt(result.duration, 1)} s`);
-        out("preemptions", preemptions.toLocaleString("en"));
-        drawTimeline($("timeline"), result, settings);
-        $("timeline-caption").textContent = `Timeline: ${result.numSteps.toLocaleString("en")} ` +
-          `steps over ${fmt(result.duration, 1)} s of simulated time, ` +
-          `${preemptions.toLocaleString("en")} preemptions.`;
-        $("error").textContent = "";
-      } catch (error) {
-        root.querySelectorAll("output[id^=sim-out]").forEach((o) => { o.textContent = "-"; });
-        $("error").textContent = error.message;
-      }
+      compute(readSettings(root), data);
     }
 
-    // A slider fires many input events while it moves: simulate once per frame at most.
+    // A slider fires many input events while it moves: ask for a view once per frame at most.
     const schedule = () => {
       if (!pending) {
         pending = true;
@@ -696,7 +1045,7 @@
         if (!response.ok) throw new Error(`${dataUrl}: HTTP ${response.status}`);
         return response.json();
       })
-      .then((loaded) => {
+      .then((/** @type {SimData} */ loaded) => {
         data = loaded;
         $("hardware").textContent = `${data.model} on one ${data.gpu} (whose memory holds ` +
           `${data.gpuBlocks.toLocaleString("en")} blocks of ${data.blockSize} tokens), at ` +
@@ -711,11 +1060,11 @@
   }
 
   if (typeof document !== "undefined") {
-    const script = document.currentScript;
+    const script = /** @type {HTMLScriptElement | null} */ (document.currentScript);
     const dataUrl = new URL("scheduler-sim.json", script ? script.src : document.baseURI).href;
     const start = () => {
       const root = document.getElementById("scheduler-sim");
-      if (root) mountSimulator(root, dataUrl);
+      if (root) mountSimulator(root, dataUrl, script ? script.src : null);
     };
     if (typeof window.document$ !== "undefined") {
       window.document$.subscribe(start); // Material's instant navigation

@@ -1,0 +1,216 @@
+"""Lighthouse on the pages of the built site, as a phone and as a desktop: `nox -s site-audit`.
+
+    python tests/lighthouse/site_audit.py SITE [--runs N] [--pages RE] [--preset P] [--reports DIR]
+
+Serves SITE_DIR on 127.0.0.1 as a static host does (HTTP/1.1 with keep-alive, text gzipped:
+GitHub Pages, where the site is deployed, does both), runs Lighthouse (tests/lighthouse,
+`npm ci` first) on each page with its mobile and desktop presets, prints a table (page,
+preset, performance, accessibility, Largest Contentful Paint, Total Blocking Time) and exits
+1 if a page scores below the bars in any run: performance MOBILE_PERFORMANCE (90) as a phone,
+plus MARGIN (for the spread between runs measured here), and accessibility 100 in both
+presets.
+
+Lighthouse's mobile preset simulates a mid-range phone on a slow 4G network from what it
+observes here: its scores depend on this machine's speed, which it reports as its
+"benchmark index" (printed with the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gzip
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MOBILE_PERFORMANCE = 90
+# A page's mobile score moves between runs of the same build on the same machine. Three runs
+# of the 25 topic pages and the home page (2 cores, Lighthouse's benchmark index 1340-1400):
+# the widest spread was 6 points (stage-4/kv-cache-size-math, 93 to 99), most pages 1 to 3.
+# Each run must clear the bar by half that spread: a page's runs then sit at 90 or more as
+# long as its scores stay centred as they were.
+MARGIN = 3
+ACCESSIBILITY = 100
+PRESETS = ("mobile", "desktop")
+COMPRESSED = (".html", ".css", ".js", ".json", ".svg", ".ipynb", ".txt", ".xml")
+
+
+class StaticHost(SimpleHTTPRequestHandler):
+    """Files from a folder, text gzipped when the browser accepts it, connections kept alive."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def end_headers(self) -> None:
+        self.send_header("Cache-Control", "max-age=600")
+        super().end_headers()
+
+    def do_GET(self) -> None:
+        path = Path(self.translate_path(self.path))
+        if path.is_dir():
+            if not self.path.split("?")[0].endswith("/"):
+                super().do_GET()  # a redirect from /dir to /dir/
+                return
+            path = path / "index.html"
+        accepts = "gzip" in self.headers.get("Accept-Encoding", "")
+        if not (accepts and path.suffix in COMPRESSED and path.is_file()):
+            super().do_GET()
+            return
+        body = gzipped(path)
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(str(path)))
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@functools.cache
+def gzipped(path: Path) -> bytes:
+    return gzip.compress(path.read_bytes(), compresslevel=6, mtime=0)
+
+
+@contextmanager
+def serving(site: Path) -> Iterator[str]:
+    """The site at http://127.0.0.1:<port>/ while the block runs."""
+    handler = functools.partial(StaticHost, directory=str(site))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()
+
+
+# Not audited unless asked for by --pages: the rendered notebooks (mkdocs-jupyter's pages),
+# each with some 570 KB of inline CSS that takes seconds of style and layout on a phone; one
+# run here scored them 59 to 79. Trimming that CSS is open work (issue 22); till then the
+# audit says, every run, that it left them out.
+NOT_AUDITED = "/notebooks/"
+
+
+def pages(site: Path, pattern: str) -> list[str]:
+    """Every page of the built site (its HTML files but the 404 page and, unless `pattern`
+    names them, the notebooks), as URL paths."""
+    found = []
+    for path in sorted(site.glob("**/*.html")):
+        relative = path.relative_to(site).as_posix()
+        if relative == "404.html" or not re.search(pattern, relative):
+            continue
+        if NOT_AUDITED in f"/{relative}" and NOT_AUDITED not in pattern:
+            continue
+        found.append(relative.removesuffix("index.html"))
+    return found
+
+
+def lighthouse(urls: list[str], presets: list[str], reports: str | None) -> list[dict]:
+    """One Lighthouse result per URL and preset (tests/lighthouse/lighthouse.mjs)."""
+    job = json.dumps({"urls": urls, "presets": presets, "reports": reports})
+    env = {**os.environ, "CHROME_PATH": os.environ.get("CHROME_PATH", "/usr/bin/chromium")}
+    result = subprocess.run(
+        ["node", str(HERE / "lighthouse.mjs")],
+        input=job, capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        sys.exit(f"Lighthouse failed:\n{result.stderr}")
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def table(rows: list[dict], base: str) -> str:
+    """Page, preset, performance, accessibility, LCP and TBT, one line a result."""
+    lines = [f"{'page':<48} {'preset':<8} {'perf':>4} {'a11y':>4} {'LCP s':>6} {'TBT ms':>7}"]
+    for r in rows:
+        page = "/" + r["url"].removeprefix(base)
+        lines.append(
+            f"{page:<48} {r['preset']:<8} {r['performance']:>4} {r['accessibility']:>4} "
+            f"{r['lcp'] / 1000:>6.1f} {r['tbt']:>7.0f}"
+        )
+    return "\n".join(lines)
+
+
+def failures(runs: list[list[dict]]) -> list[str]:
+    """What falls below the bars: a page's mobile performance in any run under
+    MOBILE_PERFORMANCE + MARGIN, and its accessibility under 100 in any run and preset (with
+    the audits it fails)."""
+    found = []
+    for run in runs:
+        for r in run:
+            url, preset = r["url"], r["preset"]
+            if preset == "mobile" and r["performance"] < MOBILE_PERFORMANCE + MARGIN:
+                found.append(
+                    f"{url} ({preset}): performance {r['performance']} < "
+                    f"{MOBILE_PERFORMANCE} + {MARGIN}"
+                )
+            if r["accessibility"] < ACCESSIBILITY:
+                found.append(
+                    f"{url} ({preset}): accessibility {r['accessibility']} < {ACCESSIBILITY}: "
+                    + ", ".join(r["a11yFailures"])
+                )
+    return found
+
+
+def spread(runs: list[list[dict]], base: str) -> str:
+    """Each page's lowest and highest performance over the runs, and the largest spread."""
+    by_page: dict[tuple[str, str], list[int]] = {}
+    for run in runs:
+        for r in run:
+            by_page.setdefault((r["url"], r["preset"]), []).append(r["performance"])
+    lines = [f"{'page':<48} {'preset':<8} performance over {len(runs)} runs"]
+    for (url, preset), scores in by_page.items():
+        page = "/" + url.removeprefix(base)
+        lines.append(f"{page:<48} {preset:<8} {min(scores)}-{max(scores)}  {scores}")
+    widest = max(max(s) - min(s) for s in by_page.values())
+    return "\n".join([*lines, f"largest spread: {widest} points"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("site", type=Path, help="the built site (mkdocs build -d SITE)")
+    parser.add_argument("--runs", type=int, default=1, help="Lighthouse runs of each page")
+    parser.add_argument("--pages", default="", help="only the pages whose path matches")
+    parser.add_argument("--preset", choices=PRESETS, help="only this preset (default: both)")
+    parser.add_argument("--reports", help="write each Lighthouse report and trace (JSON) here")
+    args = parser.parse_args()
+    paths = pages(args.site, args.pages)
+    if not paths:
+        sys.exit(f"no page of {args.site} matches {args.pages!r}")
+    left_out = len(pages(args.site, NOT_AUDITED)) if NOT_AUDITED not in args.pages else 0
+    if left_out:
+        print(f"not audited: {left_out} notebook pages (NOT_AUDITED in {Path(__file__).name})")
+    runs = []
+    with serving(args.site) as base:
+        for run in range(args.runs):
+            presets = [args.preset] if args.preset else list(PRESETS)
+            rows = lighthouse([base + p for p in paths], presets, args.reports)
+            runs.append(rows)
+            index = statistics.median(r["benchmarkIndex"] for r in rows)
+            print(f"\nrun {run + 1} of {args.runs} (Lighthouse's benchmark index {index:.0f})")
+            print(table(rows, base), flush=True)
+        if args.runs > 1:
+            print("\n" + spread(runs, base))
+        found = failures(runs)
+    bars = (
+        f"mobile performance {MOBILE_PERFORMANCE} + a margin of {MARGIN} in every run, "
+        f"accessibility {ACCESSIBILITY}"
+    )
+    if found:
+        print(f"\n{len(found)} below the bars ({bars}):\n" + "\n".join(found))
+        return 1
+    print(f"\nevery page meets the bars ({bars})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
