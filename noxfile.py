@@ -81,7 +81,8 @@ def tests(session: nox.Session, device: str) -> None:
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"  # Triton kernels run in its interpreter on the CPU
     # The slowest tests, printed: the session is meant to stay under 15 minutes on two cores.
-    session.run("pytest", "--durations=25", *args, env=env)
+    # The `audit` tests (axe-core on every page) run in the site-audit session.
+    session.run("pytest", "--durations=25", "-m", "not audit", *args, env=env)
 
 
 @nox.session
@@ -129,17 +130,20 @@ def site_audit(session: nox.Session) -> None:
     """Lighthouse (tests/lighthouse, pinned) on the home and topic pages of the built site,
     served on 127.0.0.1, with its mobile and desktop presets in Debian's Chromium: a table of
     scores, LCP and TBT, failing below the bars of tests/lighthouse/site_audit.py.
-    `-- --runs 3` runs it three times and prints the spread."""
+    `-- --runs 3` runs it three times and prints the spread. Then the tests marked `audit`:
+    axe-core's WCAG rules on every built page, light and dark (about 2.5 minutes, which the
+    tests session leaves to this one)."""
     chromium = os.environ.get("CHROME_PATH", "/usr/bin/chromium")
     if not shutil.which("npm") or not os.path.exists(chromium):
         session.error(f"site-audit needs Node.js 20+ with npm, and Chromium at {chromium}")
-    install(session, "docs")
-    npm_ci = ["npm", "ci", "--prefix", "tests/lighthouse", "--no-audit", "--no-fund"]
-    session.run(*npm_ci, external=True)
+    install(session, "tests")
+    for folder in ("tests/lighthouse", "tests/axe"):
+        session.run("npm", "ci", "--prefix", folder, "--no-audit", "--no-fund", external=True)
     site = os.path.join(session.create_tmp(), "site")
     session.run("mkdocs", "build", "--strict", "--quiet", "-d", site, env=ENV)
     env = {**ENV, "CHROME_PATH": chromium}
     session.run("python", "tests/lighthouse/site_audit.py", site, *session.posargs, env=env)
+    session.run("pytest", "-m", "audit", "tests/site", env={**ENV, "LLMSERVE_DEVICE": "cpu"})
 
 
 @nox.session

@@ -409,6 +409,7 @@ def map_contrast_failures(page) -> list[str]:
     return [f"{text!r} at {ratio:.2f}:1" for text, ratio in ratios if ratio < 4.5]
 
 
+@pytest.mark.audit  # about 2.5 minutes: nox -s site-audit runs it
 def test_every_page_meets_wcag_a_and_aa_in_light_and_dark(page, site_url, built_site):
     """axe-core on every built page, as a reader who prefers light and one who prefers dark
     sees it; and the home page again with progress, when the map shows Done, Ready, Locked.
