@@ -127,9 +127,10 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(name="site-audit")
 def site_audit(session: nox.Session) -> None:
-    """Lighthouse (tests/lighthouse, pinned) on the home and topic pages of the built site,
-    served on 127.0.0.1, with its mobile and desktop presets in Debian's Chromium: a table of
-    scores, LCP and TBT, failing below the bars of tests/lighthouse/site_audit.py.
+    """Lighthouse (tests/lighthouse, pinned) on every page of the built site (the home page,
+    the topics and their notebooks), served on 127.0.0.1, with its mobile and desktop presets
+    in Debian's Chromium: a table of scores, LCP and TBT, failing below the bars of
+    tests/lighthouse/site_audit.py (a page's mobile score is the median of up to three runs).
     `-- --runs 3` runs it three times and prints the spread. Then the tests marked `audit`:
     axe-core's WCAG rules on every built page, light and dark (about 2.5 minutes, which the
     tests session leaves to this one)."""

@@ -45,6 +45,9 @@ try {
         output: "json",
         logLevel: "error",
         onlyCategories: ["performance", "accessibility"],
+        // The screenshot of the whole page only illustrates a report: a quarter of the time
+        // an audit of a long page took here.
+        disableFullPageScreenshot: true,
       };
       const result = await lighthouse(url, flags, CONFIGS[preset]);
       const lhr = result.lhr;

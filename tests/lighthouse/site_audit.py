@@ -4,15 +4,18 @@
 
 Serves SITE_DIR on 127.0.0.1 as a static host does (HTTP/1.1 with keep-alive, text gzipped:
 GitHub Pages, where the site is deployed, does both), runs Lighthouse (tests/lighthouse,
-`npm ci` first) on each page with its mobile and desktop presets, prints a table (page,
-preset, performance, accessibility, Largest Contentful Paint, Total Blocking Time) and exits
-1 if a page scores below the bars in any run: performance MOBILE_PERFORMANCE (90) as a phone,
-plus MARGIN (for the spread between runs measured here), and accessibility 100 in both
-presets.
+`npm ci` first) on each page, the topics' notebooks included, with its mobile and desktop
+presets, prints a table (page, preset, performance, accessibility, Largest Contentful Paint,
+Total Blocking Time) and exits 1 if a page falls below the bars: accessibility 100 in every
+run and preset, and as a phone a performance of MOBILE_PERFORMANCE (90) plus MARGIN (for the
+spread between runs measured here), taken as the median of the page's runs, as Lighthouse's
+own guide to variability advises (docs/variability.md in its repository: the median of five
+runs is about twice as stable as one). A page under the bar is audited again as a phone,
+while its median is under the bar, up to MEDIAN_OF runs.
 
 Lighthouse's mobile preset simulates a mid-range phone on a slow 4G network from what it
 observes here: its scores depend on this machine's speed, which it reports as its
-"benchmark index" (printed with the table).
+"benchmark index" (printed with the table), and on what else the machine runs meanwhile.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ MOBILE_PERFORMANCE = 90
 # Each run must clear the bar by half that spread: a page's runs then sit at 90 or more as
 # long as its scores stay centred as they were.
 MARGIN = 3
+# One run of the mobile preset on a page that scores 96 to 100 scored 91 in a CI run (its
+# Total Blocking Time 371 ms where other runs measured 46 to 170): the median of three is
+# what a page is judged on when one run falls short.
+MEDIAN_OF = 3
 ACCESSIBILITY = 100
 PRESETS = ("mobile", "desktop")
 COMPRESSED = (".html", ".css", ".js", ".json", ".svg", ".ipynb", ".txt", ".xml")
@@ -94,24 +101,14 @@ def serving(site: Path) -> Iterator[str]:
         server.shutdown()
 
 
-# Not audited unless asked for by --pages: the rendered notebooks (mkdocs-jupyter's pages),
-# each with some 570 KB of inline CSS that takes seconds of style and layout on a phone; one
-# run here scored them 59 to 79. Trimming that CSS is open work (issue 22); till then the
-# audit says, every run, that it left them out.
-NOT_AUDITED = "/notebooks/"
-
-
 def pages(site: Path, pattern: str) -> list[str]:
-    """Every page of the built site (its HTML files but the 404 page and, unless `pattern`
-    names them, the notebooks), as URL paths."""
+    """Every page of the built site whose path matches `pattern` (its HTML files but the
+    404 page), as URL paths."""
     found = []
     for path in sorted(site.glob("**/*.html")):
         relative = path.relative_to(site).as_posix()
-        if relative == "404.html" or not re.search(pattern, relative):
-            continue
-        if NOT_AUDITED in f"/{relative}" and NOT_AUDITED not in pattern:
-            continue
-        found.append(relative.removesuffix("index.html"))
+        if relative != "404.html" and re.search(pattern, relative):
+            found.append(relative.removesuffix("index.html"))
     return found
 
 
@@ -128,6 +125,12 @@ def lighthouse(urls: list[str], presets: list[str], reports: str | None) -> list
     return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
 
 
+def heading(rows: list[dict]) -> str:
+    return (
+        f"(Lighthouse's benchmark index {statistics.median(r['benchmarkIndex'] for r in rows):.0f})"
+    )
+
+
 def table(rows: list[dict], base: str) -> str:
     """Page, preset, performance, accessibility, LCP and TBT, one line a result."""
     lines = [f"{'page':<48} {'preset':<8} {'perf':>4} {'a11y':>4} {'LCP s':>6} {'TBT ms':>7}"]
@@ -140,23 +143,44 @@ def table(rows: list[dict], base: str) -> str:
     return "\n".join(lines)
 
 
+def mobile_scores(runs: list[list[dict]]) -> dict[str, list[int]]:
+    """Each page's mobile performance in each run that audited it."""
+    scores: dict[str, list[int]] = {}
+    for run in runs:
+        for r in run:
+            if r["preset"] == "mobile":
+                scores.setdefault(r["url"], []).append(r["performance"])
+    return scores
+
+
+def short_of_the_bar(runs: list[list[dict]]) -> list[str]:
+    """The pages whose median mobile performance is under the bar after fewer than
+    MEDIAN_OF runs."""
+    return [
+        url
+        for url, scores in mobile_scores(runs).items()
+        if len(scores) < MEDIAN_OF and statistics.median(scores) < MOBILE_PERFORMANCE + MARGIN
+    ]
+
+
 def failures(runs: list[list[dict]]) -> list[str]:
-    """What falls below the bars: a page's mobile performance in any run under
+    """What falls below the bars: a page's median mobile performance over its runs under
     MOBILE_PERFORMANCE + MARGIN, and its accessibility under 100 in any run and preset (with
     the audits it fails)."""
     found = []
+    for url, scores in mobile_scores(runs).items():
+        median = statistics.median(scores)
+        if median < MOBILE_PERFORMANCE + MARGIN:
+            found.append(
+                f"{url} (mobile): performance {median:g}, the median of {scores}, < "
+                f"{MOBILE_PERFORMANCE} + {MARGIN}"
+            )
     for run in runs:
         for r in run:
-            url, preset = r["url"], r["preset"]
-            if preset == "mobile" and r["performance"] < MOBILE_PERFORMANCE + MARGIN:
-                found.append(
-                    f"{url} ({preset}): performance {r['performance']} < "
-                    f"{MOBILE_PERFORMANCE} + {MARGIN}"
-                )
             if r["accessibility"] < ACCESSIBILITY:
                 found.append(
-                    f"{url} ({preset}): accessibility {r['accessibility']} < {ACCESSIBILITY}: "
-                    + ", ".join(r["a11yFailures"])
+                    f"{r['url']} ({r['preset']}): accessibility {r['accessibility']} < "
+                    f"{ACCESSIBILITY}: " + ", ".join(r["a11yFailures"])
                 )
     return found
 
@@ -167,7 +191,7 @@ def spread(runs: list[list[dict]], base: str) -> str:
     for run in runs:
         for r in run:
             by_page.setdefault((r["url"], r["preset"]), []).append(r["performance"])
-    lines = [f"{'page':<48} {'preset':<8} performance over {len(runs)} runs"]
+    lines = [f"{'page':<48} {'preset':<8} performance in each run that audited it"]
     for (url, preset), scores in by_page.items():
         page = "/" + url.removeprefix(base)
         lines.append(f"{page:<48} {preset:<8} {min(scores)}-{max(scores)}  {scores}")
@@ -186,24 +210,24 @@ def main() -> int:
     paths = pages(args.site, args.pages)
     if not paths:
         sys.exit(f"no page of {args.site} matches {args.pages!r}")
-    left_out = len(pages(args.site, NOT_AUDITED)) if NOT_AUDITED not in args.pages else 0
-    if left_out:
-        print(f"not audited: {left_out} notebook pages (NOT_AUDITED in {Path(__file__).name})")
     runs = []
     with serving(args.site) as base:
         for run in range(args.runs):
             presets = [args.preset] if args.preset else list(PRESETS)
-            rows = lighthouse([base + p for p in paths], presets, args.reports)
-            runs.append(rows)
-            index = statistics.median(r["benchmarkIndex"] for r in rows)
-            print(f"\nrun {run + 1} of {args.runs} (Lighthouse's benchmark index {index:.0f})")
-            print(table(rows, base), flush=True)
-        if args.runs > 1:
+            runs.append(lighthouse([base + p for p in paths], presets, args.reports))
+            print(f"\nrun {run + 1} of {args.runs}", heading(runs[-1]))
+            print(table(runs[-1], base), flush=True)
+        while short := short_of_the_bar(runs):
+            print(f"\nagain, as a phone: {len(short)} pages under the bar", heading(runs[-1]))
+            runs.append(lighthouse(short, ["mobile"], args.reports))
+            print(table(runs[-1], base), flush=True)
+        if len(runs) > 1:
             print("\n" + spread(runs, base))
         found = failures(runs)
     bars = (
-        f"mobile performance {MOBILE_PERFORMANCE} + a margin of {MARGIN} in every run, "
-        f"accessibility {ACCESSIBILITY}"
+        f"mobile performance {MOBILE_PERFORMANCE} + a margin of {MARGIN}, the median of a "
+        f"page's runs, at least {MEDIAN_OF} when one falls short; accessibility "
+        f"{ACCESSIBILITY} in every run"
     )
     if found:
         print(f"\n{len(found)} below the bars ({bars}):\n" + "\n".join(found))

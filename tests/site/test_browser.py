@@ -332,6 +332,116 @@ def test_a_topic_notebook_renders_offline_and_downloads(page, site_url, tmp_path
     assert sum(c["cell_type"] == "code" for c in notebook["cells"]) == code_cells.count()
 
 
+# Every selector of a stylesheet, as Chromium parses it, split at its top-level commas.
+SELECTORS = """css => {
+  const sheet = new CSSStyleSheet();
+  sheet.replaceSync(css);
+  const found = [];
+  const walk = rules => {
+    for (const rule of rules) {
+      if (rule.selectorText) {
+        let depth = 0, start = 0;
+        const text = rule.selectorText;
+        for (let i = 0; i <= text.length; i++) {
+          const c = text[i];
+          if (c === "(") depth++;
+          else if (c === ")") depth--;
+          else if ((c === "," && depth === 0) || i === text.length) {
+            found.push(text.slice(start, i).trim());
+            start = i + 1;
+          }
+        }
+      }
+      if (rule.cssRules) walk(rule.cssRules);
+    }
+  };
+  walk(sheet.cssRules);
+  return found;
+}"""
+# The selectors (of those given) that match an element of the page in some state: with
+# their pseudo-classes, pseudo-elements and attribute tests taken off, which can only widen
+# what a selector matches.
+MATCHING = """selectors => selectors.filter(selector => {
+  let loose = selector;
+  for (let before = null; before !== loose; ) {
+    before = loose;
+    loose = loose.replace(/::?[-\\w]+(\\([^()]*\\))?/g, "").replace(/\\[[^\\]]*\\]/g, "");
+  }
+  loose = loose.replace(/(^|[\\s>+~])(?=[\\s>+~]|$)/g, "$1*");
+  try {
+    return document.querySelector(loose) !== null;
+  } catch {
+    return true;  // what cannot be checked counts as matching
+  }
+})"""
+# The computed style of one element of each kind (tag, classes, its parent's, inline
+# style) in the notebook, its ::before and ::after too; custom properties aside (what they
+# set is here).
+STYLES = """() => {
+  const seen = {};
+  for (const el of document.querySelectorAll(".jupyter-wrapper, .jupyter-wrapper *")) {
+    const key = [el.tagName, el.getAttribute("class"), el.parentElement.getAttribute("class"),
+                 el.getAttribute("style")].join("|");
+    if (key in seen) continue;
+    const parts = [];
+    for (const pseudo of [null, "::before", "::after"]) {
+      const style = getComputedStyle(el, pseudo);
+      for (const name of style) {
+        if (!name.startsWith("--")) parts.push(`${name}: ${style.getPropertyValue(name)}`);
+      }
+    }
+    seen[key] = parts;
+  }
+  return seen;
+}"""
+RESTORE = """sheets => {
+  for (const style of document.querySelectorAll("style[data-trimmed]")) {
+    style.textContent = sheets[style.dataset.trimmed];
+  }
+}"""
+
+
+@pytest.mark.audit  # about 2 minutes: nox -s site-audit runs it
+def test_notebook_pages_look_as_with_jupyterlabs_whole_stylesheet(page, site_url, built_site):
+    """hooks/notebook_css.py drops from each notebook page the JupyterLab CSS that cannot
+    style it. Chromium checks it: on every notebook page, no selector dropped matches an
+    element (in any state); on the three largest, with the whole stylesheets put back, every
+    kind of element in the notebook has the same computed style (the pages are all made
+    alike, by hooks/notebooks.py, and each of these takes some seconds)."""
+    import notebook_css
+
+    whole = {name: text for text, name in notebook_css.jupyterlab_css().items()}
+    paths = sorted(built_site.site.glob("stage-*/notebooks/*/index.html"))
+    assert len(paths) == len(written_topics())
+    largest = sorted(paths, key=lambda p: p.stat().st_size)[-3:]
+    found = []
+    for path in paths:
+        url = site_url + path.relative_to(built_site.site).as_posix().removesuffix("index.html")
+        page.goto(url)
+        page.wait_for_load_state("networkidle")
+        trimmed = page.locator("style[data-trimmed]")
+        names = trimmed.evaluate_all("styles => styles.map(s => s.dataset.trimmed)")
+        assert names == ["index.css", "theme-light.css"], (url, names)
+        kept = set()
+        for css in trimmed.evaluate_all("styles => styles.map(s => s.textContent)"):
+            kept |= set(page.evaluate(SELECTORS, css))
+        dropped = {s for name in names for s in page.evaluate(SELECTORS, whole[name])} - kept
+        assert len(dropped) > 1000, (url, len(dropped))  # it did drop most of them
+        found += [f"{url}: dropped {s!r} matches" for s in page.evaluate(MATCHING, sorted(dropped))]
+        if path not in largest:
+            continue
+        styled = page.evaluate(STYLES)
+        page.evaluate(RESTORE, whole)
+        restored = page.evaluate(STYLES)
+        assert styled.keys() == restored.keys()
+        found += [
+            f"{url}: {key}: {sorted(set(restored[key]) - set(styled[key]))[:3]}"
+            for key in styled
+            if styled[key] != restored[key]
+        ]
+    assert found == [], f"{len(found)} differences:\n" + "\n".join(found[:40])
+
+
 # --- Readable by everyone, on any screen ------------------------------------------------
 
 AXE = ROOT / "tests" / "axe" / "node_modules" / "axe-core" / "axe.min.js"

@@ -69,6 +69,26 @@ def test_a_notebook_renders_its_outputs_unexecuted_and_py_files_are_not_pages(tm
 
 
 @pytest.mark.slow
+def test_notebook_pages_inline_a_fraction_of_jupyterlabs_stylesheet(built_site):
+    """mkdocs-jupyter inlines JupyterLab's stylesheet and theme (some 585 KB) into every
+    notebook page; hooks/notebook_css.py keeps what can style the page, a tenth or less (in
+    Chromium, tests/site/test_browser.py checks that what it dropped styles nothing)."""
+    import notebook_css
+
+    whole = {name: len(text) for text, name in notebook_css.jupyterlab_css().items()}
+    pages = sorted(built_site.site.glob("stage-*/notebooks/*/index.html"))
+    assert pages
+    for page in pages:
+        styles = dict(
+            re.findall(r'<style data-trimmed="([^"]+)">(.*?)</style>', page.read_text(), re.S)
+        )
+        assert sorted(styles) == ["index.css", "theme-light.css"], page
+        kept = sum(len(css) for css in styles.values())
+        assert 0 < kept <= sum(whole[name] for name in styles) / 10, (page, kept)
+        assert all(text not in page.read_text() for text in notebook_css.jupyterlab_css()), page
+
+
+@pytest.mark.slow
 def test_no_python_file_under_docs_becomes_a_page(built_site):
     for script in (ROOT / "docs").glob("**/*.py"):
         rel = script.relative_to(ROOT / "docs").with_suffix("")
