@@ -127,13 +127,14 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(name="site-audit")
 def site_audit(session: nox.Session) -> None:
-    """Lighthouse (tests/lighthouse, pinned) on every page of the built site (the home page,
-    the topics and their notebooks), served on 127.0.0.1, with its mobile and desktop presets
-    in Debian's Chromium: a table of scores, LCP and TBT, failing below the bars of
-    tests/lighthouse/site_audit.py (a page's mobile score is the median of up to three runs).
-    `-- --runs 3` runs it three times and prints the spread. Then the tests marked `audit`:
-    axe-core's WCAG rules on every built page, light and dark (about 2.5 minutes, which the
-    tests session leaves to this one)."""
+    """Lighthouse (tests/lighthouse, pinned) on the home and topic pages of the built site
+    (not yet the notebooks: tests/lighthouse/site_audit.py), served on 127.0.0.1, with its
+    mobile and desktop presets in Debian's Chromium: a table of scores, LCP and TBT, failing
+    below the bars of tests/lighthouse/site_audit.py (a page's mobile score is the median of
+    up to three runs). `-- --runs 3` runs it three times and prints the spread. Then the
+    tests marked `audit`: axe-core's WCAG rules on every built page, light and dark, and the
+    notebook pages' trimmed CSS checked in Chromium (about 5 minutes, which the tests session
+    leaves to this one)."""
     chromium = os.environ.get("CHROME_PATH", "/usr/bin/chromium")
     if not shutil.which("npm") or not os.path.exists(chromium):
         session.error(f"site-audit needs Node.js 20+ with npm, and Chromium at {chromium}")
