@@ -67,6 +67,47 @@ def test_flash_reference_matches_sdpa(shape, dtype, blocks):
     assert_close(lse, expected_lse, torch.float32)
 
 
+def test_an_explicit_scale_is_used_and_the_default_is_not_causal():
+    """Two query heads per KV head (the smallest group) and a scale of 0.5, against SDPA
+    and against the sum written out (the oracle itself must take the scale)."""
+    q, k, v = make_qkv((1, 4, 2, 9, 20, 32, False), torch.float32, seed=3)
+    qd, kd, vd = (t.cpu().double() for t in (q, k, v))
+    kd, vd = kd.repeat_interleave(2, dim=1), vd.repeat_interleave(2, dim=1)
+    for scale in (None, 0.5):
+        scores = qd @ kd.transpose(-1, -2) * (scale or 32**-0.5)
+        written_out = (scores.softmax(dim=-1) @ vd, scores.logsumexp(dim=-1))
+        expected, expected_lse = sdpa_attention(q, k, v, scale=scale)
+        assert_close(expected, written_out[0], torch.float32)
+        assert_close(expected_lse, written_out[1], torch.float32)
+        out, lse = naive_attention(q, k, v, scale=scale)
+        assert_close(out, expected, torch.float32)
+        assert_close(lse, expected_lse, torch.float32)
+        out, lse = flash_attention(q, k, v, scale=scale, block_m=4, block_n=8)
+        assert_close(out, expected, torch.float32)
+        assert_close(lse, expected_lse, torch.float32)
+        out, lse = split_kv_attention(q, k, v, num_splits=3, scale=scale)
+        assert_close(out, expected, torch.float32)
+        assert_close(lse, expected_lse, torch.float32)
+
+
+def test_every_tensor_is_made_on_the_inputs_device_not_the_default_one():
+    """Under a default device of `meta`, a tensor made without `device=` would land there."""
+    q, k, v = make_qkv((1, 2, 2, 5, 7, 16, True), torch.float32, seed=1)
+    expected = flash_attention(q, k, v, causal=True, block_m=2, block_n=3)
+    with torch.device("meta"):
+        out, lse = flash_attention(q, k, v, causal=True, block_m=2, block_n=3)
+        naive, _ = naive_attention(q, k, v, causal=True)
+        mask = causal_mask(5, 7, device=q.device)
+    assert out.device == lse.device == naive.device == mask.device == q.device
+    assert torch.equal(out, expected[0]) and torch.equal(lse, expected[1])
+    assert torch.equal(mask, causal_mask(5, 7, device=q.device))
+
+
+def test_naive_returns_the_inputs_dtype():
+    q, k, v = make_qkv((1, 2, 2, 3, 3, 16, True), torch.float16)
+    assert naive_attention(q, k, v, causal=True)[0].dtype == torch.float16
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_naive_matches_sdpa(shape):
     q, k, v = make_qkv(shape, torch.float32, seed=1)
@@ -130,10 +171,11 @@ def test_merge_of_any_partition_is_exact(cuts):
         ((1, 2, 0, 16), (1, 1, 4, 16), False, "empty sequence"),
     ],
 )
-def test_bad_arguments_say_what_to_do(q_shape, kv_shape, causal, message):
+@pytest.mark.parametrize("attention", [flash_attention, naive_attention, sdpa_attention])
+def test_bad_arguments_say_what_to_do(q_shape, kv_shape, causal, message, attention):
     q, kv = torch.zeros(q_shape), torch.zeros(kv_shape)
     with pytest.raises(ValueError, match=message):
-        flash_attention(q, kv, kv, causal=causal)
+        attention(q, kv, kv, causal=causal)
 
 
 def test_naive_bytes_count_four_passes_over_the_scores():
@@ -161,6 +203,7 @@ def test_tiled_bytes():
         tiled_hbm_bytes(causal, block_m=128) == ((2 * 1024 + 2 * kv_rows) * 64 * 2 + 4 * 1024) * 16
     )
     assert tiled_hbm_bytes(causal) < tiled_hbm_bytes(shape) < naive_hbm_bytes(shape)
+    assert tiled_hbm_bytes(shape) == tiled_hbm_bytes(shape, block_m=128)  # the default tile
 
 
 def test_flops_count_visible_pairs():
