@@ -81,6 +81,67 @@ def test_decode_dtypes_and_default_splits(dtype):
 
 
 @needs_triton
+def test_an_explicit_scale_is_used_by_both_kernels_and_forward_is_not_causal_by_default():
+    q, k, v = make_qkv((1, 4, 2, 5, 40, 16, False), torch.float32, seed=8)
+    expected, expected_lse = sdpa_attention(q, k, v, scale=0.5)
+    out, lse = flash_attention_forward(q, k, v, scale=0.5)
+    assert_close(out, expected, torch.float32)
+    assert_close(lse, expected_lse, torch.float32)
+    q = q[..., -1:, :]
+    expected, expected_lse = sdpa_attention(q, k, v, scale=0.5)
+    out, lse = flash_decode(q, k, v, num_splits=2, scale=0.5)
+    assert_close(out, expected, torch.float32)
+    assert_close(lse, expected_lse, torch.float32)
+
+
+@needs_triton
+def test_decode_reads_a_strided_query_and_returns_its_dtype():
+    """The last query of a (batch, seq, heads, dim) layout, seen through a transpose."""
+    q, k, v = make_qkv((2, 4, 2, 3, 40, 16, False), torch.float16, seed=10)
+    q = q.transpose(1, 2).contiguous().transpose(1, 2)[..., -1:, :]
+    assert q.stride(1) != q.stride(2)
+    out, lse = flash_decode(q, k, v, num_splits=2)
+    expected, expected_lse = sdpa_attention(q, k, v)
+    assert out.dtype == torch.float16 and lse.dtype == torch.float32
+    assert_close(out, expected, torch.float16)
+    assert_close(lse, expected_lse, torch.float32)
+
+
+@needs_triton
+def test_every_tensor_is_made_on_the_inputs_device_not_the_default_one():
+    """Under a default device of `meta`, a tensor made without `device=` would land there."""
+    q, k, v = make_qkv((1, 2, 1, 1, 40, 16, False), torch.float32, seed=9)
+    expected = flash_attention_forward(q, k, v), flash_decode(q, k, v, num_splits=2)
+    with torch.device("meta"):
+        results = flash_attention_forward(q, k, v), flash_decode(q, k, v, num_splits=2)
+    for (out, lse), (want, want_lse) in zip(results, expected, strict=True):
+        assert out.device == lse.device == q.device
+        assert torch.equal(out, want) and torch.equal(lse, want_lse)
+
+
+class Planned(Exception):
+    """Raised by the spy below once it has seen the plan: the kernels need not run."""
+
+
+@pytest.mark.parametrize(("kv_len", "splits"), [(512, 1), (513, 2), (16 * 512, 16), (17 * 512, 16)])
+def test_decode_splits_one_partition_per_512_keys_at_most_16_by_default(
+    monkeypatch, kv_len, splits
+):
+    asked = []
+
+    def spy(kv_len, num_splits, block_n):
+        asked.append(num_splits)
+        raise Planned
+
+    monkeypatch.setattr(triton_attention, "_check_runnable", lambda *tensors: None)
+    monkeypatch.setattr(triton_attention, "plan_splits", spy)
+    q, k = torch.zeros(1, 1, 1, 16), torch.zeros(1, 1, kv_len, 16)
+    with pytest.raises(Planned):
+        flash_decode(q, k, k)
+    assert asked == [splits]
+
+
+@needs_triton
 @pytest.mark.skipif(
     not triton_attention.interpreted(),
     reason="bf16 is refused only when "
@@ -114,7 +175,20 @@ def test_bf16_is_refused_under_the_interpreter():
             lambda q, k: flash_attention_forward(q, k, k, block_m=24),
             "block_m=24 must be a power of two >= 16",
         ),
-        (lambda q, k: flash_decode(q, k, k), "one query per sequence"),
+        (lambda q, k: flash_decode(q, k, k), r"one query per sequence \(q_len=1\), got q_len=3"),
+        (lambda q, k: flash_attention_forward(q.half(), k, k), "must share one dtype"),
+        (lambda q, k: flash_attention_forward(q, k, k.half()), "must share one dtype"),
+        (lambda q, k: flash_decode(q[..., :1, :].half(), k, k), "must share one dtype"),
+        (lambda q, k: flash_decode(q[..., :1, :], k.half(), k), "must share one dtype"),
+        (lambda q, k: flash_decode(q[..., :1, :], k, k.half()), "must share one dtype"),
+        (
+            lambda q, k: flash_attention_forward(q, k, k, block_n=24),
+            "block_n=24 must be a power of two >= 16",
+        ),
+        (
+            lambda q, k: flash_decode(q[..., :1, :], k, k, block_n=24),
+            "block_n=24 must be a power of two >= 16",
+        ),
         (
             lambda q, k: flash_decode(q[..., :1, :], k, k, num_splits=0),
             "split the cache into at least 1 partition",
@@ -126,7 +200,22 @@ def test_bf16_is_refused_under_the_interpreter():
             "float32, float16, bfloat16",
         ),
     ],
-    ids=["hd48", "mixed-dtypes", "causal-short-kv", "block", "decode-q_len", "splits", "int"],
+    ids=[
+        "hd48",
+        "mixed-dtypes",
+        "causal-short-kv",
+        "block",
+        "block_n",
+        "decode-q_len",
+        "q-dtype",
+        "v-dtype",
+        "decode-q-dtype",
+        "decode-k-dtype",
+        "decode-v-dtype",
+        "decode-block",
+        "splits",
+        "int",
+    ],
 )
 def test_bad_arguments_say_what_to_do(call, message):
     q = torch.randn(1, 4, 3, 64, device=DEVICE)
