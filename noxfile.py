@@ -319,8 +319,9 @@ def mutation(session: nox.Session) -> None:
     Triton), speculative decoder, engine core, model runner and sampler, each against its own
     tests (tests/mutation/score.py): per module, mutants made, killed, survived, timed out,
     the survivors' lines; fails below 90% killed. `-- --record` writes recordings/mutation.json
-    for the site's "How we test" page; `-- --module engine/scheduler.py` runs one. About 40
-    minutes on two cores: not in .ci/run, a job of its own in .github/workflows/tests.yml."""
+    for the site's "How we test" page; `-- --module engine/scheduler.py` runs one (and with
+    --record replaces its row). About 40 minutes on two cores: not in .ci/run, a job of its
+    own in .github/workflows/tests.yml."""
     install(session, "tests")
     session.install(MUTMUT)
     env = {**ENV, "LLMSERVE_DEVICE": "cpu", "TRITON_INTERPRET": "1"}

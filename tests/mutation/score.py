@@ -13,8 +13,9 @@ out and not reached by any test, the score (killed / made), the survivors' lines
 the line and its mutated form), and the functions mutmut does not mutate: it leaves every
 decorated function alone (only @staticmethod and @classmethod are mutated), so the
 @triton.jit kernels, @property and @torch.no_grad() functions keep their code in every
-mutant. Exits 1 when a module scores below THRESHOLD. `--record` writes RESULTS (only after
-a run of every module), which the site's "How we test" page shows (hooks/mutation_scores.py).
+mutant. Exits 1 when a module scores below THRESHOLD. `--record` writes RESULTS, which the
+site's "How we test" page shows (hooks/mutation_scores.py); with `--module`, it replaces those
+modules' rows only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -77,6 +79,7 @@ class Score:
     killed: int = 0
     survived: int = 0
     timed_out: int = 0
+    crashed: int = 0  # of the killed: the mutant crashed the interpreter, failing the run
     no_tests: int = 0
     seconds: float = 0.0
     not_mutated: list[str] = field(default_factory=list)
@@ -91,7 +94,11 @@ def workspace(folder: Path, module: str, tests: list[str]) -> None:
     """A folder mutmut runs in: the package and what the tests need, linked; its config."""
     if folder.exists():
         shutil.rmtree(folder)
-    for name in ["src", *SUPPORT, *tests]:
+    # the files beside its tests too: a test may import a helper from a sibling test file
+    beside = sorted(
+        {f"{Path(t).parent}/{p.name}" for t in tests for p in (ROOT / t).parent.glob("*.py")}
+    )
+    for name in ["src", *SUPPORT, *beside]:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).symlink_to(ROOT / name)
     path = f"{PACKAGE}/{module}"
@@ -205,6 +212,10 @@ def read_results(folder: Path, score: Score) -> Score:
         for key, code in sorted(data.exit_code_by_key.items()):
             status = status_by_exit_code[code]
             score.made += 1
+            if code == -signal.SIGKILL:  # past its CPU time, SIGXCPU ignored: a time-out
+                status = "timeout"
+            elif code is not None and code < 0 and status != "timeout":  # SIGSEGV, SIGABRT:
+                status, score.crashed = "killed", score.crashed + 1  # the run failed: caught
             if status == "killed":
                 score.killed += 1
             elif status == "timeout":
@@ -230,7 +241,8 @@ def report(score: Score) -> str:
     path = f"{PACKAGE}/{score.module}"
     lines = [
         f"{path}: {score.made} mutants, {score.killed} killed, {score.survived} survived, "
-        f"{score.timed_out} timed out, {score.no_tests} reached by no test: "
+        f"{score.timed_out} timed out, {score.no_tests} reached by no test "
+        f"({score.crashed} of the killed crashed the test process): "
         f"{score.score:.1%} killed ({score.seconds:.0f} s; tests: {', '.join(score.tests)})"
     ]
     lines += [f"  survivor {path}:{s}" for s in score.survivors]
@@ -252,27 +264,26 @@ def table(scores: list[Score]) -> str:
     return "\n".join(rows)
 
 
-def record(scores: list[Score], seconds: float) -> None:
+def record(scores: list[Score]) -> None:
+    """Write RESULTS: these modules' rows, and the other modules' rows already there (a
+    module measured again replaces its row); the time is the sum of the modules' times."""
     from importlib.metadata import version
 
     sys.path.insert(0, str(ROOT / "hooks"))
     from recorded_outputs import machine  # the label every recorded output carries
 
-    rows = []
+    kept = json.loads(RESULTS.read_text(encoding="utf-8"))["modules"] if RESULTS.exists() else []
+    rows = {row["module"]: row for row in kept if row["module"] in MODULES}
     for s in scores:
-        row = asdict(s)
-        row["survivors"] = [asdict(x) for x in s.survivors]
-        rows.append(row)
+        rows[s.module] = {**asdict(s), "seconds": round(s.seconds)}
     results = {
         "tool": f"mutmut {version('mutmut')}",
         "threshold": THRESHOLD,
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
-        "seconds": round(seconds),
-        "modules": rows,
+        "seconds": sum(row["seconds"] for row in rows.values()),
+        "modules": [rows[m] for m in MODULES if m in rows],
     }
-    for row in rows:
-        row["seconds"] = round(row["seconds"])
     RESULTS.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print(f"recorded in {RESULTS.relative_to(ROOT)}")
 
@@ -281,10 +292,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("workdir", type=Path, help="a folder for mutmut's copies (emptied)")
     parser.add_argument("--module", action="append", choices=MODULES, help="only these")
-    parser.add_argument("--record", action="store_true", help=f"write {RESULTS.name}")
+    parser.add_argument(
+        "--record", action="store_true", help=f"write (or, with --module, update) {RESULTS.name}"
+    )
     args = parser.parse_args()
-    if args.record and args.module:
-        parser.error("--record records a run of every module")
     started = time.perf_counter()
     scores = []
     for module in args.module or MODULES:
@@ -296,7 +307,7 @@ def main() -> None:
     print(f"\n{table(scores)}\n\nmutation session: {seconds:.0f} s for {len(scores)} modules")
     low = [s.module for s in scores if s.score < THRESHOLD]
     if args.record:
-        record(scores, seconds)
+        record(scores)
     if low:
         sys.exit(f"below {THRESHOLD:.0%} killed by their own tests: {', '.join(low)}")
 
