@@ -161,6 +161,25 @@ def test_merge_of_any_partition_is_exact(cuts):
     assert_close(lse, expected_lse, torch.float32)
 
 
+def test_merge_returns_the_parts_dtype():
+    q, k, v = make_qkv((1, 2, 2, 3, 8, 16, False), torch.float16, seed=2)
+    parts = [flash_attention(q, k[..., a:b, :], v[..., a:b, :]) for a, b in ((0, 3), (3, 8))]
+    out, _ = merge_partials([o for o, _ in parts], [s for _, s in parts])
+    assert out.dtype == torch.float16
+    assert_close(out, sdpa_attention(q, k, v)[0], torch.float16)
+
+
+def test_each_query_row_keeps_its_own_running_max():
+    """Rows whose scores lie far apart: a max shared across rows would underflow the
+    smaller rows' exponentials to zero, and their outputs to NaN."""
+    q, k, v = make_qkv((1, 1, 1, 2, 8, 16, False), torch.float32, seed=7)
+    q = q * torch.tensor([1.0, 200.0], device=q.device)[:, None]  # row 1's scores ~200x row 0's
+    expected, expected_lse = sdpa_attention(q, k, v)
+    out, lse = flash_attention(q, k, v)
+    assert_close(out, expected, torch.float32)
+    assert_close(lse, expected_lse, torch.float32)
+
+
 @pytest.mark.parametrize(
     ("q_shape", "kv_shape", "causal", "message"),
     [
@@ -203,7 +222,10 @@ def test_tiled_bytes():
         tiled_hbm_bytes(causal, block_m=128) == ((2 * 1024 + 2 * kv_rows) * 64 * 2 + 4 * 1024) * 16
     )
     assert tiled_hbm_bytes(causal) < tiled_hbm_bytes(shape) < naive_hbm_bytes(shape)
-    assert tiled_hbm_bytes(shape) == tiled_hbm_bytes(shape, block_m=128)  # the default tile
+    # The default tile is 128 queries: 129 of them take two tiles, two passes over K and V.
+    odd = AttentionShape(batch=1, q_heads=1, kv_heads=1, q_len=129, kv_len=129, head_dim=64)
+    assert tiled_hbm_bytes(odd) == tiled_hbm_bytes(odd, block_m=128)
+    assert tiled_hbm_bytes(odd) > tiled_hbm_bytes(odd, block_m=129)
 
 
 def test_flops_count_visible_pairs():
