@@ -119,6 +119,34 @@ def test_every_tensor_is_made_on_the_inputs_device_not_the_default_one():
         assert torch.equal(out, want) and torch.equal(lse, want_lse)
 
 
+@needs_triton
+def test_lse_is_float32_whatever_the_default_dtype():
+    q, k, v = make_qkv((1, 2, 1, 1, 40, 16, False), torch.float32, seed=11)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        results = flash_attention_forward(q, k, v), flash_decode(q, k, v, num_splits=2)
+    finally:
+        torch.set_default_dtype(default)
+    for out, lse in results:
+        assert out.dtype == q.dtype and lse.dtype == torch.float32
+
+
+def test_tensors_on_two_devices_or_on_one_triton_cannot_use_are_refused():
+    """`meta` stands for a device other than the inputs', and for one Triton cannot run on."""
+    q = torch.zeros(1, 1, 1, 16)
+    on_meta = torch.zeros(1, 1, 4, 16, device="meta")
+    with pytest.raises(ValueError, match=r"all tensors must be on one device; got cpu, meta, meta"):
+        flash_attention_forward(q, on_meta, on_meta)
+    with pytest.raises(RuntimeError, match=r"the Triton kernels run on cuda .*, not on meta"):
+        flash_decode(q.to("meta"), on_meta, on_meta)
+
+
+def test_without_triton_nothing_is_interpreted(monkeypatch):
+    monkeypatch.setattr(triton_attention, "TRITON_AVAILABLE", False)
+    assert not triton_attention.interpreted()
+
+
 class Planned(Exception):
     """Raised by the spy below once it has seen the plan: the kernels need not run."""
 
@@ -175,9 +203,14 @@ def test_bf16_is_refused_under_the_interpreter():
             lambda q, k: flash_attention_forward(q, k, k, block_m=24),
             "block_m=24 must be a power of two >= 16",
         ),
-        (lambda q, k: flash_decode(q, k, k), r"one query per sequence \(q_len=1\), got q_len=3"),
+        (
+            lambda q, k: flash_decode(q, k, k),
+            r"one query per sequence \(q_len=1\), got q_len=3; use "
+            r"flash_attention_forward\(causal=True\) for a chunk of several new tokens",
+        ),
         (lambda q, k: flash_attention_forward(q.half(), k, k), "must share one dtype"),
         (lambda q, k: flash_attention_forward(q, k, k.half()), "must share one dtype"),
+        (lambda q, k: flash_attention_forward(q, k.half(), k), "must share one dtype"),
         (lambda q, k: flash_decode(q[..., :1, :].half(), k, k), "must share one dtype"),
         (lambda q, k: flash_decode(q[..., :1, :], k.half(), k), "must share one dtype"),
         (lambda q, k: flash_decode(q[..., :1, :], k, k.half()), "must share one dtype"),
@@ -209,6 +242,7 @@ def test_bf16_is_refused_under_the_interpreter():
         "decode-q_len",
         "q-dtype",
         "v-dtype",
+        "k-dtype",
         "decode-q-dtype",
         "decode-k-dtype",
         "decode-v-dtype",
