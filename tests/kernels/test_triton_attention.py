@@ -147,6 +147,47 @@ def test_without_triton_nothing_is_interpreted(monkeypatch):
     assert not triton_attention.interpreted()
 
 
+REFERENCE = "use llmserve_ref.kernels.flash_attention, the PyTorch reference"
+
+
+def test_why_triton_cannot_run_says_what_to_do_instead(monkeypatch):
+    """Each reason in full: a reader acts on these sentences (the fresh-process tests below
+    show them where they arise for real)."""
+    why = triton_attention.why_triton_cannot_run
+    assert why("mps") == f"Triton does not run on Apple GPUs (mps); {REFERENCE}"
+    monkeypatch.setattr(triton_attention, "TRITON_AVAILABLE", True)
+    monkeypatch.setattr(triton_attention, "interpreted", lambda: False)
+    assert why("meta") == "the Triton kernels run on cuda (or on the cpu, interpreted), not on meta"
+    assert why("cuda") is None
+    assert why("cpu") == (
+        "on the CPU the Triton kernels run only in Triton's interpreter: set "
+        "TRITON_INTERPRET=1 before starting Python (the nox cpu session does)"
+    )
+    monkeypatch.setattr(triton_attention, "interpreted", lambda: True)
+    assert why("cpu") is None
+    monkeypatch.setattr(triton_attention, "TRITON_AVAILABLE", False)
+    assert why("cuda") == (
+        f"Triton is not installed (it has Linux wheels only: pip install triton); {REFERENCE}"
+    )
+
+
+@needs_triton
+def test_refusals_name_what_was_passed():
+    q = torch.zeros(1, 1, 1, 48)
+    with pytest.raises(ValueError) as refused:
+        flash_attention_forward(q, q.half(), q)
+    assert str(refused.value) == (
+        "q, k, v must share one dtype among float32, float16, bfloat16; got "
+        "torch.float32, torch.float16, torch.float32"
+    )
+    with pytest.raises(ValueError) as refused:
+        flash_attention_forward(q, q, q)
+    assert str(refused.value) == (
+        "head_dim=48 is not supported; the kernels take 16, 32, 64, 128 "
+        "(pad the head dim up to one of them)"
+    )
+
+
 class Planned(Exception):
     """Raised by the spy below once it has seen the plan: the kernels need not run."""
 
@@ -178,12 +219,13 @@ def test_decode_splits_one_partition_per_512_keys_at_most_16_by_default(
 def test_bf16_is_refused_under_the_interpreter():
     q, k, v = make_qkv((1, 1, 1, 4, 4, 32, False), torch.bfloat16)
     for kernel in (flash_attention_forward, flash_decode):
-        with pytest.raises(
-            ValueError,
-            match=r"bfloat16 is refused under the Triton interpreter "
-            r"\(TRITON_INTERPRET=1\).*float16 or float32 on the CPU",
-        ):
+        with pytest.raises(ValueError) as refused:
             kernel(q[..., :1, :], k, v)
+        assert str(refused.value) == (
+            "bfloat16 is refused under the Triton interpreter (TRITON_INTERPRET=1): numpy has "
+            "no bfloat16, so the interpreter would return garbage without an error. Pass "
+            "float16 or float32 on the CPU, or run bfloat16 on a CUDA GPU"
+        )
 
 
 @needs_triton
