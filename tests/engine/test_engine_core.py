@@ -215,10 +215,11 @@ def test_a_request_becomes_a_fork_only_of_a_parent_it_can_share_with(target, pro
     core.step()  # p samples its first token
     assert not joins(core, "late")
 
-    core = core_with(max_num_seqs=2)  # two requests run and take every seat...
+    core = core_with(max_num_seqs=2)  # two short requests run and take every seat...
     for request_id in ("r1", "r2"):
-        core.add_request(EngineRequest(prompts[3], GREEDY, 5, request_id=request_id))
+        core.add_request(EngineRequest(prompts[3][:4], GREEDY, 5, request_id=request_id))
     core.step()
+    assert core.scheduler.num_seats == 2
     core.add_request(EngineRequest(prompt, GREEDY, 5, request_id="p"))
     assert joins(core, "c")  # ...but p waits: it takes its fork's seat once admitted
 
