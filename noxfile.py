@@ -1,5 +1,5 @@
 """Sessions: tests(device) for cpu|mps|cuda, docs (strict build), serve, lint, notebooks, bench,
-engines, robustness, site-audit, torch_range.
+engines, robustness, site-audit, torch_range, mutation.
 
 python3 -m venv .venv && .venv/bin/python -m pip install nox   # then .venv/bin/nox, or activate
 nox -s tests                        # every device present; absent ones skip in one line
@@ -11,6 +11,7 @@ nox -s engines                      # real vLLM (CPU build) beside our server; i
 nox -s robustness                   # Schemathesis fuzz and a 32-stream soak, live server
 nox -s site-audit                   # Lighthouse on the topic pages, mobile and desktop
 nox -s torch_range                  # kernel, model, engine tests on torch 2.5.0 and the newest
+nox -s mutation                     # mutation testing of the named components (~40 min)
 """
 
 from __future__ import annotations
@@ -308,6 +309,28 @@ def robustness(session: nox.Session) -> None:
     # The folder's tests are collected only where this is set (not in the tests session).
     env = {**ENV, "LLMSERVE_DEVICE": "cpu", "TRITON_INTERPRET": "1", "LLMSERVE_ROBUSTNESS": "1"}
     session.run("pytest", "tests/robustness", "-s", *session.posargs, env=env)
+
+
+# Pinned: another mutmut makes other mutants, and the recorded scores must be comparable.
+MUTMUT = "mutmut==3.8.1"
+
+
+@nox.session
+def mutation(session: nox.Session) -> None:
+    """Mutation testing of the block manager, scheduler, attention kernels (PyTorch and
+    Triton), speculative decoder, engine core, model runner and sampler, each against its own
+    tests (tests/mutation/score.py): per module, mutants made, killed, survived, timed out,
+    the survivors' lines; fails below 90% killed. `-- --record` writes recordings/mutation.json
+    for the site's "How we test" page; `-- --module engine/scheduler.py` runs one (and with
+    --record replaces its row). About 40 minutes on two cores: not in .ci/run, a job of its
+    own in .github/workflows/tests.yml."""
+    install(session, "tests")
+    session.install(MUTMUT)
+    env = {**ENV, "LLMSERVE_DEVICE": "cpu", "TRITON_INTERPRET": "1"}
+    timings: dict[str, float] = {}
+    with timed(session, timings, "mutation session"):
+        workdir = os.path.join(session.create_tmp(), "mutation")
+        session.run("python", "tests/mutation/score.py", workdir, *session.posargs, env=env)
 
 
 # torch_range: the tests of the code that calls torch, on the oldest torch pyproject.toml

@@ -241,11 +241,43 @@ def test_appending_past_a_tables_capacity_is_refused_and_changes_nothing():
     bm = BlockManager(num_blocks=16, block_size=4, max_blocks_per_table=2)
     bm.allocate("a", 8)
     before = snapshot(bm)
-    with pytest.raises(BlockError, match=r"past its table's capacity of 2 \(8 tokens\)"):
+    with pytest.raises(
+        BlockError,
+        match=r"'a' would need 3 blocks for 9 tokens, past its table's capacity of 2 \(8 tokens\)",
+    ):
         bm.append_slots("a", 8, 9)
     with pytest.raises(BlockError, match="capacity"):
         bm.allocate("b", 9)
     assert snapshot(bm) == before
+
+
+@pytest.mark.parametrize("num_blocks, block_size", [(0, 2), (4, 0), (-1, 2)])
+def test_a_pool_without_blocks_or_slots_is_refused(num_blocks, block_size):
+    message = f"num_blocks and block_size must be >= 1: {num_blocks}, {block_size}"
+    with pytest.raises(ValueError, match=message):
+        BlockManager(num_blocks=num_blocks, block_size=block_size)
+    BlockManager(num_blocks=1, block_size=1)  # the smallest pool there is
+
+
+def test_append_slots_takes_a_range_that_may_be_empty_but_not_reversed():
+    bm = BlockManager(num_blocks=4, block_size=2)
+    bm.allocate("a", 3)
+    before = snapshot(bm)
+    assert bm.append_slots("a", 3, 3)  # nothing to write: allowed, changes nothing
+    assert snapshot(bm) == before
+    with pytest.raises(BlockError, match="num_computed_tokens 4 > num_tokens 3"):
+        bm.append_slots("a", 4, 3)
+    assert snapshot(bm) == before
+
+
+def test_blocks_needed_counts_the_prefix_another_sequence_holds_as_free():
+    bm = BlockManager(num_blocks=8, block_size=2)
+    kv = FakeStorage(bm)
+    prefill(bm, kv, "a", [1, 2, 3, 4, 5])  # blocks of [1, 2] and [3, 4] cached, held by a
+    assert bm.blocks_needed(5) == 3  # no tokens given: no cache lookup
+    assert bm.blocks_needed(5, [1, 2, 3, 4, 9]) == 1  # shares two held blocks, takes one
+    assert prefill(bm, kv, "b", [1, 2, 3, 4, 9]) == 4
+    assert bm.num_free_blocks == 8 - 3 - 1
 
 
 def test_a_table_is_made_once():

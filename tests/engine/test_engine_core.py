@@ -18,6 +18,7 @@ import torch
 
 from llmserve_ref.engine.engine_core import EngineCore, generate_batch
 from llmserve_ref.engine.interface import EngineRequest
+from llmserve_ref.engine.request import RequestStatus
 from llmserve_ref.engine.scheduler_config import SchedulerConfig
 from llmserve_ref.model import corpus
 from llmserve_ref.model.generate import generate
@@ -172,6 +173,62 @@ def test_abort_frees_blocks_at_once_and_its_waiting_forks_go_on_alone(target, pr
     core.abort("p")  # before its first token: the fork is queued on its own
     outputs = [o for _ in range(20) for o in core.step()]
     assert [o.request_id for o in outputs] == ["c"] * 5 and outputs[-1].finish_reason == "length"
+
+
+def test_abort_of_an_unknown_id_does_nothing_and_forks_give_their_seats_back(target, prompts):
+    model, _ = target
+    config = SchedulerConfig(token_budget=64, max_num_seqs=8, block_size=8, num_blocks=64)
+    core = EngineCore(model, config)
+    core.add_request(EngineRequest(prompts[1], GREEDY, 5, request_id="p"))
+    for fork in ("c", "d"):
+        core.add_request(EngineRequest(prompts[1], GREEDY, 5, request_id=fork, fork_of="p"))
+    parent = core.sequences["p"].request
+    assert core.request_ids() == ["p", "c", "d"] and parent.n == 3  # a seat for each fork
+    core.abort("nobody")
+    assert core.request_ids() == ["p", "c", "d"]
+    core.abort("p")
+    assert core.request_ids() == ["c", "d"] and parent.n == 1
+
+
+def test_a_request_becomes_a_fork_only_of_a_parent_it_can_share_with(target, prompts):
+    """The same prompt and max_tokens, a parent that has not sampled, and a seat for it (a
+    waiting parent takes its forks' seats when admitted): else it is scheduled alone."""
+    model, _ = target
+    prompt = prompts[2][:21]
+
+    def core_with(max_num_seqs: int, token_budget: int = 64) -> EngineCore:
+        config = SchedulerConfig(
+            token_budget=token_budget, max_num_seqs=max_num_seqs, block_size=8, num_blocks=64
+        )
+        return EngineCore(model, config)
+
+    def joins(core: EngineCore, request_id: str, ids=prompt, max_tokens: int = 5) -> bool:
+        core.add_request(EngineRequest(ids, GREEDY, max_tokens, request_id=request_id, fork_of="p"))
+        return request_id in [f.request_id for f in core.sequences["p"].forks]
+
+    core = core_with(max_num_seqs=3)
+    core.add_request(EngineRequest(prompt, GREEDY, 5, request_id="p"))
+    assert not joins(core, "another prompt", ids=prompt[:-1])
+    assert not joins(core, "another limit", max_tokens=6)
+    assert joins(core, "c1") and joins(core, "c2")  # p takes three seats: all there are
+    assert not joins(core, "c3")
+    core.step()  # p samples its first token
+    assert not joins(core, "late")
+
+    core = core_with(max_num_seqs=2)  # two short requests run and take every seat...
+    for request_id in ("r1", "r2"):
+        core.add_request(EngineRequest(prompts[3][:4], GREEDY, 5, request_id=request_id))
+    core.step()
+    assert core.scheduler.num_seats == 2
+    core.add_request(EngineRequest(prompt, GREEDY, 5, request_id="p"))
+    assert joins(core, "c")  # ...but p waits: it takes its fork's seat once admitted
+
+    core = core_with(max_num_seqs=2, token_budget=8)
+    core.add_request(EngineRequest(prompts[3][:4], GREEDY, 5, request_id="r"))
+    core.add_request(EngineRequest(prompt, GREEDY, 5, request_id="p"))
+    core.step()  # r's prompt and 4 of p's 21 tokens: both run, p has not sampled
+    assert core.sequences["p"].request.status is RequestStatus.RUNNING
+    assert not joins(core, "c")  # a running parent was admitted without a seat for it
 
 
 def test_stop_tokens_end_a_request_unless_it_ignores_eos(target):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from llmserve_ref.engine.block_invariants import check_blocks
 from llmserve_ref.engine.kv_block import blocks_for
 from llmserve_ref.engine.request import Request, RequestStatus
-from llmserve_ref.engine.scheduler import Scheduler, SchedulerOutput
+from llmserve_ref.engine.scheduler import Scheduler, SchedulerOutput, SchedulerStats
 from llmserve_ref.engine.scheduler_config import SchedulerConfig
 
 
@@ -152,6 +152,7 @@ def test_when_decoding_runs_out_of_blocks_the_newest_is_preempted_and_requeued_f
     assert [r.request_id for r in s.waiting] == ["new", "queued"]
     assert new.num_computed_tokens == 0 and new.num_output_tokens == 1  # outputs kept
     assert s.block_table(new) == [] and new.num_preemptions == 1
+    assert new.status is RequestStatus.WAITING and s.num_preemptions == 1
     s.update_from_output(out)
     while s.has_unfinished_requests():
         s.update_from_output(s.schedule())
@@ -212,7 +213,80 @@ def test_a_workload_that_thrashes_without_a_watermark_still_makes_progress():
         run = drive(config, requests, max_steps=5000)
         assert all(r.num_output_tokens == r.max_tokens for r in requests)
         results[watermark] = run.scheduler.num_preemptions
+        # each preemption counted once, on the scheduler and on the request it hit
+        assert sum(r.num_preemptions for r in requests) == results[watermark]
+        assert max(r.num_preemptions for r in requests) > 1
     assert results[0.2] < results[0.0]
+
+
+def test_the_block_manager_is_made_from_the_config_and_the_models_length():
+    config = SchedulerConfig(block_size=4, num_blocks=16)
+    blocks = Scheduler(config, max_model_len=10).block_manager
+    assert (blocks.num_blocks, blocks.block_size, blocks.enable_prefix_caching) == (16, 4, True)
+    assert blocks.max_blocks_per_table == 3  # a table holds a sequence of the model's length
+    assert Scheduler(config).block_manager.max_blocks_per_table == 16  # no length: the pool
+    off = SchedulerConfig(block_size=4, num_blocks=16, enable_prefix_caching=False)
+    assert Scheduler(off, max_model_len=10).block_manager.enable_prefix_caching is False
+
+
+def test_stats_count_requests_blocks_preemptions_and_prefix_cache_tokens():
+    config = SchedulerConfig(token_budget=16, max_num_seqs=4, block_size=4, num_blocks=8)
+    s = Scheduler(config)
+    assert s.make_stats() == SchedulerStats(0, 0, 0, 0, 8, 0, 0)
+    prompt = list(range(1, 9))
+    s.add_request(Request("a", 8, 4, token_ids=list(prompt)))
+    out = s.schedule()
+    s.update_from_output(out, {"a": 9})  # a's prompt: two full blocks, now cached
+    s.add_request(Request("b", 8, 4, token_ids=list(prompt)))
+    s.add_request(Request("c", 4, 4))
+    out = s.schedule()
+    s.update_from_output(out, {"a": 10, "b": 9})  # b shares a's blocks, recomputes its last token
+    assert s.make_stats() == SchedulerStats(
+        num_running_reqs=3,
+        num_waiting_reqs=0,
+        num_preemptions=0,
+        kv_blocks_used=2 + 1 + 1 + 1,  # two shared; b's copy of the last; a's third; c's
+        kv_blocks_total=8,
+        prefix_cache_queries=16,  # a's and b's prompts
+        prefix_cache_hits=7,  # all of b's but the token it recomputes
+    )
+
+
+def test_finish_ends_a_request_wherever_it_is_and_frees_its_blocks():
+    config = SchedulerConfig(token_budget=8, max_num_seqs=1, block_size=4, num_blocks=8)
+    s = Scheduler(config)
+    running, waiting = Request("running", 6, 4), Request("waiting", 6, 4)
+    s.add_request(running)
+    s.add_request(waiting)
+    s.update_from_output(s.schedule())  # one seat: running holds it, waiting waits
+    assert s.num_free_blocks == 6
+    s.finish(waiting)
+    assert list(s.waiting) == [] and s.running == [running] and s.num_free_blocks == 6
+    s.finish(running)
+    assert s.running == [] and s.num_free_blocks == 8 and not s.has_unfinished_requests()
+    assert running.status is waiting.status is RequestStatus.FINISHED
+    check_blocks(s.block_manager)
+
+
+def test_fork_starts_a_second_sample_on_the_parents_blocks_after_its_first_token():
+    config = SchedulerConfig(token_budget=16, max_num_seqs=4, block_size=4, num_blocks=8)
+    s = Scheduler(config)
+    parent, child = Request("p", 6, 4), Request("c", 6, 4)
+    s.add_request(parent)
+    with pytest.raises(ValueError, match="fork 'p' right after its first token"):
+        s.fork(parent, child)  # still waiting
+    s.update_from_output(s.schedule())  # the prompt, and the first token
+    s.fork(parent, child)
+    assert (child.num_computed_tokens, child.num_output_tokens) == (6, 1)
+    assert child.num_cached_tokens == parent.num_cached_tokens == 0
+    assert child.status is RequestStatus.RUNNING and s.running == [parent, child]
+    assert s.block_table(child) == s.block_table(parent) and s.num_free_blocks == 6
+    s.update_from_output(s.schedule())  # each writes its own second token
+    assert s.block_table(child)[0] == s.block_table(parent)[0]  # the full block still shared
+    assert s.block_table(child)[1] != s.block_table(parent)[1]  # the partial one copied
+    with pytest.raises(ValueError, match="right after its first token"):
+        s.fork(parent, Request("late", 6, 4))  # two tokens in: too late
+    check_blocks(s.block_manager)
 
 
 def big_behind_small(max_skips: int) -> Run:

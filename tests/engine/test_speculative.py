@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 
@@ -313,6 +314,27 @@ def test_shapes_and_setup_are_checked(models, tiny_llama):
     other = tiny_llama(vocab_size=100)
     with pytest.raises(ValueError, match="share one tokenizer"):
         SpeculativeDecoder(target, other.to(target.device), [0])
+    for params in (SamplingParams(presence_penalty=0.5), SamplingParams(frequency_penalty=0.5)):
+        with pytest.raises(ValueError, match="penalties depend on the tokens generated so far"):
+            SpeculativeDecoder(target, draft, [0], params)
+    elsewhere = copy.deepcopy(draft).to("meta")  # the same model on another device
+    with pytest.raises(ValueError, match=f"target is on {target.device} but draft on meta"):
+        SpeculativeDecoder(target, elsewhere, [0])
+
+
+def test_defaults_are_four_guesses_a_round_and_sixty_four_new_tokens(models):
+    target, draft, _ = models
+    decoder = SpeculativeDecoder(target, draft, [0])
+    assert (decoder.gamma, decoder.max_new_tokens) == (4, 64)
+
+
+def test_a_sequence_may_run_to_the_models_full_length(models):
+    target, draft, _ = models
+    limit = min(target.config.max_position_embeddings, draft.config.max_position_embeddings)
+    decoder = SpeculativeDecoder(target, draft, [0] * (limit - 3), GREEDY, max_new_tokens=3)
+    # the last token is emitted, never fed: the caches hold one position less than the limit
+    assert decoder.target_cache.max_len == decoder.draft_cache.max_len == limit - 1
+    assert len(list(decoder)) == 3
 
 
 # --- statistics -----------------------------------------------------------------------------
@@ -344,6 +366,41 @@ def test_statistics_are_consistent(models, prompts):
         _ = SpeculativeStats().acceptance_rate
 
 
+def test_a_round_that_accepts_every_guess_checked_each_of_them():
+    stats = SpeculativeStats()
+    stats.record(gamma=4, accepted=4)  # all passed: four checked
+    stats.record(gamma=4, accepted=1)  # the second failed: two checked, two never reached
+    assert stats == SpeculativeStats(target_forwards=2, draft_forwards=8, checked=6, accepted=5)
+
+
+def test_a_draft_that_is_the_target_has_every_guess_accepted(models, prompts):
+    target, _, _ = models
+    decoder = SpeculativeDecoder(target, target, prompts[0], GREEDY, gamma=3, max_new_tokens=20)
+    list(decoder)
+    assert decoder.stats.checked > 0 and decoder.stats.acceptance_rate == 1.0
+
+
+def test_decode_prompts_runs_each_prompt_with_the_settings_given(models, prompts):
+    target, draft, _ = models
+    expected = SpeculativeStats()
+    for prompt in prompts[:2]:
+        decoder = SpeculativeDecoder(target, draft, prompt, GREEDY, gamma=2, max_new_tokens=7)
+        list(decoder)
+        expected += decoder.stats
+    assert decode_prompts(target, draft, prompts[:2], GREEDY, 2, 7) == expected
+    assert expected.accepted + expected.target_forwards == 2 * (7 - 1)  # after each prefill
+
+
+def test_the_first_token_is_drawn_with_the_seeded_generator_too(models, prompts):
+    target, draft, _ = models
+    params = SamplingParams(temperature=2.0, seed=3)  # flat: a first token that varies
+    firsts = []
+    for global_seed in range(4):
+        torch.manual_seed(global_seed)  # the global generator must not matter
+        firsts += SpeculativeDecoder(target, draft, prompts[0], params, max_new_tokens=1).step()
+    assert firsts == firsts[:1] * 4
+
+
 def test_seeded_runs_reproduce(models, prompts):
     target, draft, _ = models
     params = SamplingParams(temperature=1.0, top_p=0.9, seed=11)
@@ -366,6 +423,13 @@ def test_expected_values():
         expected_tokens_per_forward(1.5, 2)
     with pytest.raises(ValueError, match="cost_ratio"):
         expected_speedup(0.5, 2, -0.1)
+    assert expected_tokens_per_forward(0.5, 0) == 1  # no guesses: the target's token alone
+    with pytest.raises(ValueError, match=r"gamma \(draft tokens per round\) must be >= 0, got -1"):
+        expected_tokens_per_forward(0.5, -1)
+    with pytest.raises(
+        ValueError, match=r"verify_cost \(a ratio of two times\) must be > 0, got 0"
+    ):
+        expected_speedup(0.5, 2, 0.1, verify_cost=0.0)
 
 
 def test_forward_steppers_repeat_without_growing_the_cache(models):

@@ -67,6 +67,47 @@ def test_flash_reference_matches_sdpa(shape, dtype, blocks):
     assert_close(lse, expected_lse, torch.float32)
 
 
+def test_an_explicit_scale_is_used_and_the_default_is_not_causal():
+    """Two query heads per KV head (the smallest group) and a scale of 0.5, against SDPA
+    and against the sum written out (the oracle itself must take the scale)."""
+    q, k, v = make_qkv((1, 4, 2, 9, 20, 32, False), torch.float32, seed=3)
+    qd, kd, vd = (t.cpu().double() for t in (q, k, v))
+    kd, vd = kd.repeat_interleave(2, dim=1), vd.repeat_interleave(2, dim=1)
+    for scale in (None, 0.5):
+        scores = qd @ kd.transpose(-1, -2) * (scale or 32**-0.5)
+        written_out = (scores.softmax(dim=-1) @ vd, scores.logsumexp(dim=-1))
+        expected, expected_lse = sdpa_attention(q, k, v, scale=scale)
+        assert_close(expected, written_out[0], torch.float32)
+        assert_close(expected_lse, written_out[1], torch.float32)
+        out, lse = naive_attention(q, k, v, scale=scale)
+        assert_close(out, expected, torch.float32)
+        assert_close(lse, expected_lse, torch.float32)
+        out, lse = flash_attention(q, k, v, scale=scale, block_m=4, block_n=8)
+        assert_close(out, expected, torch.float32)
+        assert_close(lse, expected_lse, torch.float32)
+        out, lse = split_kv_attention(q, k, v, num_splits=3, scale=scale)
+        assert_close(out, expected, torch.float32)
+        assert_close(lse, expected_lse, torch.float32)
+
+
+def test_every_tensor_is_made_on_the_inputs_device_not_the_default_one():
+    """Under a default device of `meta`, a tensor made without `device=` would land there."""
+    q, k, v = make_qkv((1, 2, 2, 5, 7, 16, True), torch.float32, seed=1)
+    expected = flash_attention(q, k, v, causal=True, block_m=2, block_n=3)
+    with torch.device("meta"):
+        out, lse = flash_attention(q, k, v, causal=True, block_m=2, block_n=3)
+        naive, _ = naive_attention(q, k, v, causal=True)
+        mask = causal_mask(5, 7, device=q.device)
+    assert out.device == lse.device == naive.device == mask.device == q.device
+    assert torch.equal(out, expected[0]) and torch.equal(lse, expected[1])
+    assert torch.equal(mask, causal_mask(5, 7, device=q.device))
+
+
+def test_naive_returns_the_inputs_dtype():
+    q, k, v = make_qkv((1, 2, 2, 3, 3, 16, True), torch.float16)
+    assert naive_attention(q, k, v, causal=True)[0].dtype == torch.float16
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_naive_matches_sdpa(shape):
     q, k, v = make_qkv(shape, torch.float32, seed=1)
@@ -120,6 +161,25 @@ def test_merge_of_any_partition_is_exact(cuts):
     assert_close(lse, expected_lse, torch.float32)
 
 
+def test_merge_returns_the_parts_dtype():
+    q, k, v = make_qkv((1, 2, 2, 3, 8, 16, False), torch.float16, seed=2)
+    parts = [flash_attention(q, k[..., a:b, :], v[..., a:b, :]) for a, b in ((0, 3), (3, 8))]
+    out, _ = merge_partials([o for o, _ in parts], [s for _, s in parts])
+    assert out.dtype == torch.float16
+    assert_close(out, sdpa_attention(q, k, v)[0], torch.float16)
+
+
+def test_each_query_row_keeps_its_own_running_max():
+    """Rows whose scores lie far apart: a max shared across rows would underflow the
+    smaller rows' exponentials to zero, and their outputs to NaN."""
+    q, k, v = make_qkv((1, 1, 1, 2, 8, 16, False), torch.float32, seed=7)
+    q = q * torch.tensor([1.0, 200.0], device=q.device)[:, None]  # row 1's scores ~200x row 0's
+    expected, expected_lse = sdpa_attention(q, k, v)
+    out, lse = flash_attention(q, k, v)
+    assert_close(out, expected, torch.float32)
+    assert_close(lse, expected_lse, torch.float32)
+
+
 @pytest.mark.parametrize(
     ("q_shape", "kv_shape", "causal", "message"),
     [
@@ -130,10 +190,11 @@ def test_merge_of_any_partition_is_exact(cuts):
         ((1, 2, 0, 16), (1, 1, 4, 16), False, "empty sequence"),
     ],
 )
-def test_bad_arguments_say_what_to_do(q_shape, kv_shape, causal, message):
+@pytest.mark.parametrize("attention", [flash_attention, naive_attention, sdpa_attention])
+def test_bad_arguments_say_what_to_do(q_shape, kv_shape, causal, message, attention):
     q, kv = torch.zeros(q_shape), torch.zeros(kv_shape)
     with pytest.raises(ValueError, match=message):
-        flash_attention(q, kv, kv, causal=causal)
+        attention(q, kv, kv, causal=causal)
 
 
 def test_naive_bytes_count_four_passes_over_the_scores():
@@ -161,6 +222,10 @@ def test_tiled_bytes():
         tiled_hbm_bytes(causal, block_m=128) == ((2 * 1024 + 2 * kv_rows) * 64 * 2 + 4 * 1024) * 16
     )
     assert tiled_hbm_bytes(causal) < tiled_hbm_bytes(shape) < naive_hbm_bytes(shape)
+    # The default tile is 128 queries: 129 of them take two tiles, two passes over K and V.
+    odd = AttentionShape(batch=1, q_heads=1, kv_heads=1, q_len=129, kv_len=129, head_dim=64)
+    assert tiled_hbm_bytes(odd) == tiled_hbm_bytes(odd, block_m=128)
+    assert tiled_hbm_bytes(odd) > tiled_hbm_bytes(odd, block_m=129)
 
 
 def test_flops_count_visible_pairs():

@@ -206,3 +206,20 @@ def test_batched_decode_random_batches_match_sdpa(seqs, block_size, kv_heads, se
         batch.q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens
     )
     assert_close(out, batch.expected, torch.float32)
+
+
+def test_every_tensor_is_made_on_the_inputs_device_not_the_default_one():
+    """Under a default device of `meta`, a tensor made without `device=` would land there."""
+    batch = make_batch(MIXED, 2, 4, seed=5)
+    decode = make_batch(decode_seqs(DECODE_LENS), 2, 4, seed=6, whole_blocks=True)
+    with torch.device("meta"):
+        out = paged_attention(
+            batch.q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens,
+            batch.query_start,
+        )  # fmt: skip
+        decoded = paged_decode_attention(
+            decode.q, decode.k_cache, decode.v_cache, decode.block_tables, decode.seq_lens
+        )
+    assert out.device == decoded.device == batch.q.device
+    assert_close(out, batch.expected, torch.float32)
+    assert_close(decoded, decode.expected, torch.float32)

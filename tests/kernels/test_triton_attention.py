@@ -81,6 +81,136 @@ def test_decode_dtypes_and_default_splits(dtype):
 
 
 @needs_triton
+def test_an_explicit_scale_is_used_by_both_kernels_and_forward_is_not_causal_by_default():
+    q, k, v = make_qkv((1, 4, 2, 5, 40, 16, False), torch.float32, seed=8)
+    expected, expected_lse = sdpa_attention(q, k, v, scale=0.5)
+    out, lse = flash_attention_forward(q, k, v, scale=0.5)
+    assert_close(out, expected, torch.float32)
+    assert_close(lse, expected_lse, torch.float32)
+    q = q[..., -1:, :]
+    expected, expected_lse = sdpa_attention(q, k, v, scale=0.5)
+    out, lse = flash_decode(q, k, v, num_splits=2, scale=0.5)
+    assert_close(out, expected, torch.float32)
+    assert_close(lse, expected_lse, torch.float32)
+
+
+@needs_triton
+def test_decode_reads_a_strided_query_and_returns_its_dtype():
+    """The last query of a (batch, seq, heads, dim) layout, seen through a transpose."""
+    q, k, v = make_qkv((2, 4, 2, 3, 40, 16, False), torch.float16, seed=10)
+    q = q.transpose(1, 2).contiguous().transpose(1, 2)[..., -1:, :]
+    assert q.stride(1) != q.stride(2)
+    out, lse = flash_decode(q, k, v, num_splits=2)
+    expected, expected_lse = sdpa_attention(q, k, v)
+    assert out.dtype == torch.float16 and lse.dtype == torch.float32
+    assert_close(out, expected, torch.float16)
+    assert_close(lse, expected_lse, torch.float32)
+
+
+@needs_triton
+def test_every_tensor_is_made_on_the_inputs_device_not_the_default_one():
+    """Under a default device of `meta`, a tensor made without `device=` would land there."""
+    q, k, v = make_qkv((1, 2, 1, 1, 40, 16, False), torch.float32, seed=9)
+    expected = flash_attention_forward(q, k, v), flash_decode(q, k, v, num_splits=2)
+    with torch.device("meta"):
+        results = flash_attention_forward(q, k, v), flash_decode(q, k, v, num_splits=2)
+    for (out, lse), (want, want_lse) in zip(results, expected, strict=True):
+        assert out.device == lse.device == q.device
+        assert torch.equal(out, want) and torch.equal(lse, want_lse)
+
+
+@needs_triton
+def test_lse_is_float32_whatever_the_default_dtype():
+    q, k, v = make_qkv((1, 2, 1, 1, 40, 16, False), torch.float32, seed=11)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        results = flash_attention_forward(q, k, v), flash_decode(q, k, v, num_splits=2)
+    finally:
+        torch.set_default_dtype(default)
+    for out, lse in results:
+        assert out.dtype == q.dtype and lse.dtype == torch.float32
+
+
+def test_tensors_on_two_devices_or_on_one_triton_cannot_use_are_refused():
+    """`meta` stands for a device other than the inputs', and for one Triton cannot run on."""
+    q = torch.zeros(1, 1, 1, 16)
+    on_meta = torch.zeros(1, 1, 4, 16, device="meta")
+    with pytest.raises(ValueError, match=r"all tensors must be on one device; got cpu, meta, meta"):
+        flash_attention_forward(q, on_meta, on_meta)
+    with pytest.raises(RuntimeError, match=r"the Triton kernels run on cuda .*, not on meta"):
+        flash_decode(q.to("meta"), on_meta, on_meta)
+
+
+def test_without_triton_nothing_is_interpreted(monkeypatch):
+    monkeypatch.setattr(triton_attention, "TRITON_AVAILABLE", False)
+    assert not triton_attention.interpreted()
+
+
+REFERENCE = "use llmserve_ref.kernels.flash_attention, the PyTorch reference"
+
+
+def test_why_triton_cannot_run_says_what_to_do_instead(monkeypatch):
+    """Each reason in full: a reader acts on these sentences (the fresh-process tests below
+    show them where they arise for real)."""
+    why = triton_attention.why_triton_cannot_run
+    assert why("mps") == f"Triton does not run on Apple GPUs (mps); {REFERENCE}"
+    monkeypatch.setattr(triton_attention, "TRITON_AVAILABLE", True)
+    monkeypatch.setattr(triton_attention, "interpreted", lambda: False)
+    assert why("meta") == "the Triton kernels run on cuda (or on the cpu, interpreted), not on meta"
+    assert why("cuda") is None
+    assert why("cpu") == (
+        "on the CPU the Triton kernels run only in Triton's interpreter: set "
+        "TRITON_INTERPRET=1 before starting Python (the nox cpu session does)"
+    )
+    monkeypatch.setattr(triton_attention, "interpreted", lambda: True)
+    assert why("cpu") is None
+    monkeypatch.setattr(triton_attention, "TRITON_AVAILABLE", False)
+    assert why("cuda") == (
+        f"Triton is not installed (it has Linux wheels only: pip install triton); {REFERENCE}"
+    )
+
+
+@needs_triton
+def test_refusals_name_what_was_passed():
+    q = torch.zeros(1, 1, 1, 48)
+    with pytest.raises(ValueError) as refused:
+        flash_attention_forward(q, q.half(), q)
+    assert str(refused.value) == (
+        "q, k, v must share one dtype among float32, float16, bfloat16; got "
+        "torch.float32, torch.float16, torch.float32"
+    )
+    with pytest.raises(ValueError) as refused:
+        flash_attention_forward(q, q, q)
+    assert str(refused.value) == (
+        "head_dim=48 is not supported; the kernels take 16, 32, 64, 128 "
+        "(pad the head dim up to one of them)"
+    )
+
+
+class Planned(Exception):
+    """Raised by the spy below once it has seen the plan: the kernels need not run."""
+
+
+@pytest.mark.parametrize(("kv_len", "splits"), [(512, 1), (513, 2), (16 * 512, 16), (17 * 512, 16)])
+def test_decode_splits_one_partition_per_512_keys_at_most_16_by_default(
+    monkeypatch, kv_len, splits
+):
+    asked = []
+
+    def spy(kv_len, num_splits, block_n):
+        asked.append(num_splits)
+        raise Planned
+
+    monkeypatch.setattr(triton_attention, "_check_runnable", lambda *tensors: None)
+    monkeypatch.setattr(triton_attention, "plan_splits", spy)
+    q, k = torch.zeros(1, 1, 1, 16), torch.zeros(1, 1, kv_len, 16)
+    with pytest.raises(Planned):
+        flash_decode(q, k, k)
+    assert asked == [splits]
+
+
+@needs_triton
 @pytest.mark.skipif(
     not triton_attention.interpreted(),
     reason="bf16 is refused only when "
@@ -89,12 +219,13 @@ def test_decode_dtypes_and_default_splits(dtype):
 def test_bf16_is_refused_under_the_interpreter():
     q, k, v = make_qkv((1, 1, 1, 4, 4, 32, False), torch.bfloat16)
     for kernel in (flash_attention_forward, flash_decode):
-        with pytest.raises(
-            ValueError,
-            match=r"bfloat16 is refused under the Triton interpreter "
-            r"\(TRITON_INTERPRET=1\).*float16 or float32 on the CPU",
-        ):
+        with pytest.raises(ValueError) as refused:
             kernel(q[..., :1, :], k, v)
+        assert str(refused.value) == (
+            "bfloat16 is refused under the Triton interpreter (TRITON_INTERPRET=1): numpy has "
+            "no bfloat16, so the interpreter would return garbage without an error. Pass "
+            "float16 or float32 on the CPU, or run bfloat16 on a CUDA GPU"
+        )
 
 
 @needs_triton
@@ -114,7 +245,25 @@ def test_bf16_is_refused_under_the_interpreter():
             lambda q, k: flash_attention_forward(q, k, k, block_m=24),
             "block_m=24 must be a power of two >= 16",
         ),
-        (lambda q, k: flash_decode(q, k, k), "one query per sequence"),
+        (
+            lambda q, k: flash_decode(q, k, k),
+            r"one query per sequence \(q_len=1\), got q_len=3; use "
+            r"flash_attention_forward\(causal=True\) for a chunk of several new tokens",
+        ),
+        (lambda q, k: flash_attention_forward(q.half(), k, k), "must share one dtype"),
+        (lambda q, k: flash_attention_forward(q, k, k.half()), "must share one dtype"),
+        (lambda q, k: flash_attention_forward(q, k.half(), k), "must share one dtype"),
+        (lambda q, k: flash_decode(q[..., :1, :].half(), k, k), "must share one dtype"),
+        (lambda q, k: flash_decode(q[..., :1, :], k.half(), k), "must share one dtype"),
+        (lambda q, k: flash_decode(q[..., :1, :], k, k.half()), "must share one dtype"),
+        (
+            lambda q, k: flash_attention_forward(q, k, k, block_n=24),
+            "block_n=24 must be a power of two >= 16",
+        ),
+        (
+            lambda q, k: flash_decode(q[..., :1, :], k, k, block_n=24),
+            "block_n=24 must be a power of two >= 16",
+        ),
         (
             lambda q, k: flash_decode(q[..., :1, :], k, k, num_splits=0),
             "split the cache into at least 1 partition",
@@ -126,7 +275,23 @@ def test_bf16_is_refused_under_the_interpreter():
             "float32, float16, bfloat16",
         ),
     ],
-    ids=["hd48", "mixed-dtypes", "causal-short-kv", "block", "decode-q_len", "splits", "int"],
+    ids=[
+        "hd48",
+        "mixed-dtypes",
+        "causal-short-kv",
+        "block",
+        "block_n",
+        "decode-q_len",
+        "q-dtype",
+        "v-dtype",
+        "k-dtype",
+        "decode-q-dtype",
+        "decode-k-dtype",
+        "decode-v-dtype",
+        "decode-block",
+        "splits",
+        "int",
+    ],
 )
 def test_bad_arguments_say_what_to_do(call, message):
     q = torch.randn(1, 4, 3, 64, device=DEVICE)

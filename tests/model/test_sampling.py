@@ -8,6 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmserve_ref.model.sampling import (
+    MAX_LOGPROBS,
+    SamplingParamError,
     SamplingParams,
     frequency_presence_penalty,
     greedy,
@@ -115,17 +117,29 @@ def test_min_p_and_top_k_commute():
             assert kept(top_k(min_p(LOGITS, m), k)) == kept(min_p(top_k(LOGITS, k), m))
 
 
+def test_min_p_measures_each_row_against_its_own_top_token():
+    batch = torch.stack([LOGITS, torch.tensor([0.0, 0.0, 0.0, 0.0])])  # row 1: flat
+    out = min_p(batch, 0.6)  # row 0 keeps p >= 0.3; row 1 all (0.25 >= 0.15), not none
+    assert kept(out[0]) == {1, 3} and kept(out[1]) == {0, 1, 2, 3}
+
+
 def test_repetition_penalty_ctrl_convention():
     logits = torch.tensor([2.0, -2.0, 1.0])
     out = repetition_penalty(logits, torch.tensor([0, 1, 1]), 2.0)
     assert out.tolist() == [1.0, -4.0, 1.0]  # positive divided, negative multiplied, once
     assert torch.equal(repetition_penalty(logits, torch.tensor([], dtype=torch.long), 2.0), logits)
     assert logits.tolist() == [2.0, -2.0, 1.0]  # input untouched
+    assert repetition_penalty(logits, torch.tensor([0]), 2.0).tolist() == [1.0, -2.0, 1.0]
 
 
 def test_frequency_and_presence_penalties_openai_convention():
     out = frequency_presence_penalty(torch.zeros(3), torch.tensor([1, 1, 2]), 0.5, 0.25)
     assert out.tolist() == [0.0, -1.25, -0.75]
+    # in the logits' own precision: float64 logits get 0.3 as a float64
+    doubles = frequency_presence_penalty(
+        torch.zeros(2, dtype=torch.float64), torch.tensor([0]), 0, 0.3
+    )
+    assert doubles.dtype == torch.float64 and doubles.tolist() == [-0.3, 0.0]
 
 
 def test_process_logits_penalises_prompt_only_for_repetition_penalty():
@@ -157,6 +171,20 @@ def test_process_logits_penalises_prompt_only_for_repetition_penalty():
 def test_invalid_params_say_what_is_allowed(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SamplingParams(**kwargs)
+
+
+def test_each_range_includes_its_ends_and_an_error_names_its_field():
+    SamplingParams(frequency_penalty=-2.0, presence_penalty=2.0, logprobs=0)
+    SamplingParams(frequency_penalty=2.0, presence_penalty=-2.0, logprobs=MAX_LOGPROBS)
+    SamplingParams(logit_bias={0: -100.0, 1: 100.0})
+    for kwargs, field in [
+        ({"logit_bias": {0: -100.5}}, "logit_bias"),
+        ({"repetition_penalty": math.inf}, "repetition_penalty"),
+        ({"top_p": 0.0}, "top_p"),
+    ]:
+        with pytest.raises(SamplingParamError) as refused:
+            SamplingParams(**kwargs)
+        assert refused.value.field == field
 
 
 @pytest.mark.parametrize(
@@ -224,6 +252,8 @@ def test_logit_bias_adds_to_the_listed_logits_only():
     assert torch.equal(biased, LOGITS + torch.tensor([2.0, 0.0, 0.0, -1.5]))
     batch = torch.stack([LOGITS, LOGITS.flip(0)])
     assert torch.equal(logit_bias(batch, {2: 1.0})[:, 2], batch[:, 2] + 1.0)
+    doubles = logit_bias(torch.zeros(2, dtype=torch.float64), {1: 0.3})
+    assert doubles.dtype == torch.float64 and doubles.tolist() == [0.0, 0.3]
 
 
 def test_logit_bias_can_ban_or_force_a_token_even_when_greedy():
@@ -267,3 +297,29 @@ def test_token_logprobs_are_the_raw_log_softmax_with_the_likeliest_first():
         assert len(row.top) == k
         assert [i for i, _ in row.top] == lp.argsort(descending=True)[:k].tolist()
         assert all(math.isclose(v, float(lp[i]), abs_tol=1e-5) for i, v in row.top)
+
+
+def test_next_token_penalises_the_prompt_and_the_output_it_is_given():
+    logits = torch.tensor([[1.0, 0.9, 0.0]])
+    params = SamplingParams(temperature=0, repetition_penalty=2.0)
+    assert next_token(logits, params) == 0  # nothing seen, no ids at all: the argmax
+    assert next_token(logits, params, prompt_ids=[0]) == 1  # 1.0 / 2 falls below 0.9
+    assert next_token(logits, params, output_ids=[0]) == 1
+
+
+def test_next_token_is_greedy_only_at_temperature_zero_and_draws_with_the_generator():
+    logits = torch.tensor([[0.0, 0.1, -0.1, 0.05]])
+    probs = logits.softmax(dim=-1)
+    seeded = [
+        next_token(logits, SamplingParams(), generator=torch.Generator().manual_seed(seed))
+        for seed in range(20)
+    ]  # one draw each from the model's distribution, with the generator given
+    assert seeded == [int(sample(probs, torch.Generator().manual_seed(s))[0]) for s in range(20)]
+    assert len(set(seeded)) > 1  # at temperature 1, not always the argmax
+    assert next_token(logits, SamplingParams(temperature=0)) == 1
+
+
+def test_token_logprobs_of_no_rows_and_of_mismatched_lists():
+    assert token_logprobs(torch.zeros(0, 5), [], []) == []
+    with pytest.raises(ValueError):
+        token_logprobs(torch.zeros(2, 5), [1, 2], [1])

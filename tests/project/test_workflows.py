@@ -88,6 +88,15 @@ def test_ci_runs_the_readmes_commands_which_work_under_pep_668(session):
     assert f"$(readme_command {session})" in ci
 
 
+def test_mutation_testing_has_a_job_of_its_own_and_stays_out_of_ci_run():
+    """`nox -s mutation` takes about 40 minutes on two cores: .ci/run's budget has no room."""
+    assert steps(load("tests.yml"), "mutation")[-1] == "nox -s mutation"
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    commands = [line for line in ci if not line.lstrip().startswith("#")]
+    assert not [line for line in commands if "mutation" in line]
+    assert any("nox -s mutation" in line for line in ci)  # its comment says where it runs
+
+
 def test_the_docs_workflow_builds_strict_and_deploys_with_the_pages_address():
     docs = load("docs.yml")
     build = docs["jobs"]["build"]

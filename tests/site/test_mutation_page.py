@@ -1,0 +1,48 @@
+"""The How we test page shows the mutation scores `nox -s mutation -- --record` recorded:
+the built page's table is recordings/mutation.json (hooks/mutation_scores.py), and the file
+is a run of every module tests/mutation/score.py mutates, each against the tests it names."""
+
+from __future__ import annotations
+
+import html
+import re
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "hooks"))
+sys.path.insert(0, str(ROOT / "tests" / "mutation"))
+
+import mutation_scores
+import score
+
+
+def test_the_recorded_run_is_of_every_module_against_its_own_tests():
+    results = mutation_scores.load()
+    assert {m["module"]: m["tests"] for m in results["modules"]} == score.MODULES
+    assert results["threshold"] == score.THRESHOLD
+    for m in results["modules"]:
+        counted = m["killed"] + m["survived"] + m["timed_out"] + m["no_tests"]
+        assert counted == m["made"] > 0, m["module"]
+        assert len(m["survivors"]) == m["survived"] + m["no_tests"], m["module"]
+        assert m["killed"] / m["made"] >= results["threshold"], m["module"]
+
+
+def cells(row: str) -> list[str]:
+    found = re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S)
+    return [html.unescape(re.sub(r"<[^>]+>", "", cell)).strip() for cell in found]
+
+
+@pytest.mark.slow
+def test_the_pages_table_is_the_recorded_file(built_site):
+    page = (built_site.site / "how-we-test" / "index.html").read_text(encoding="utf-8")
+    (table,) = re.findall(r"<table>.*?</table>", page, re.S)
+    rows = [cells(row) for row in re.findall(r"<tr>.*?</tr>", table, re.S)]
+    results = mutation_scores.load()
+    expected = [[cell.replace("`", "") for cell in row] for row in mutation_scores.rows(results)]
+    assert rows == [mutation_scores.HEADER, *expected]
+    assert results["tool"] in page and f"{results['threshold']:.0%}" in page
+    home = (built_site.site / "index.html").read_text(encoding="utf-8")
+    assert 'href="how-we-test/"' in home
