@@ -170,12 +170,20 @@ def trim(css: str, page: str, elsewhere: str = "") -> str:
     >>> trim(".a{color:var(--x)}.b{color:var(--y)}.a{--x:1;--y:2;--z:3}", '<p class="a">')
     '.a{color:var(--x);}.a{--x:1;}'
     """
-    kept = _matching(stylesheet(css), set(WORD.findall(page)) | set(WORD.findall(elsewhere)))
+    words, named = _names(elsewhere)
+    kept = _matching(stylesheet(css), set(WORD.findall(page)) | words)
     # Named at all in the page or elsewhere: read with var(), or by a script.
-    read = set(PROPERTY.findall(page)) | set(PROPERTY.findall(elsewhere))
+    read = set(PROPERTY.findall(page)) | named
     while more := _reads(kept, read) - read:  # a property read by a kept property is read
         read |= more
     return _serialize(kept, read)
+
+
+@functools.cache
+def _names(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The words and the custom property names in `text`, found once: every notebook page
+    reads the same site stylesheets and scripts (Material's bundle among them)."""
+    return frozenset(WORD.findall(text)), frozenset(PROPERTY.findall(text))
 
 
 @functools.cache
