@@ -10,12 +10,19 @@ from llmserve_ref.planning.capacity import instance_pool
 from llmserve_ref.planning.hardware import gpu
 from llmserve_ref.planning.model_catalog import model as catalog_model
 from llmserve_ref.planning.roofline import VLLM_H100
-from llmserve_ref.planning.routing import CacheAware, LeastLoaded, PrefixAffinity, Router
+from llmserve_ref.planning.routing import (
+    CacheAware,
+    LeastLoaded,
+    PrefixAffinity,
+    RandomRouter,
+    Router,
+)
 from llmserve_ref.planning.simulator import SimResult, simulate
 from llmserve_ref.planning.workload import LogNormal, RequestSpec, conversations
 
 REPLICAS = (1, 2, 4, 8)
 ROUTERS = {
+    "random": RandomRouter,
     "least-loaded": LeastLoaded,
     "prefix-affinity": PrefixAffinity,
     # SGLang's thresholds are for hundreds of requests per replica; these run about a dozen.
