@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from llmserve_ref.bench.bench_client import BenchConfig, prompted_specs
 from llmserve_ref.bench.bench_harness import Point, median_ratio, run_grid, spread, table
 from llmserve_ref.bench.bench_result import SavedResult
@@ -24,6 +26,21 @@ def test_runs_alternate_servers_at_each_load_and_never_share_a_seed():
     seeds = [seed for _, _, seed in calls]
     assert len(seeds) == 12 == len(set(seeds))
     assert {key: len(points) for key, points in grid.items()} == dict.fromkeys(grid, 3)
+
+
+def test_grids_that_share_their_seeds_never_repeat_a_run():
+    """The engines page measures a grid, then each client once more on the same servers."""
+
+    def client(base_url: str, users: int, seed: int) -> Point:
+        return point(seed, 100.0)
+
+    seeds = itertools.count(1)
+    first = run_grid({"a": "A", "b": "B"}, client, users=(1, 8), runs=3, seeds=seeds)
+    then = run_grid({"a": "A", "b": "B"}, client, users=(16,), runs=1, seeds=seeds)
+    used = [p.seed for grid in (first, then) for points in grid.values() for p in points]
+    assert sorted(used) == list(range(1, 15))
+    alone = run_grid({"a": "A"}, client, users=(16,), runs=2)  # without: seeds from 1
+    assert [p.seed for p in alone["a", 16]] == [1, 2]
 
 
 def test_a_fresh_seed_is_a_fresh_set_of_prompts():

@@ -25,8 +25,9 @@ read by one function, `Point.of`.
 
 from __future__ import annotations
 
+import itertools
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from llmserve_ref.bench.bench_client import BenchConfig, run
@@ -68,20 +69,25 @@ Client = Callable[[str, int, int], Point]
 
 # --8<-- [start:grid]
 def run_grid(
-    servers: Mapping[str, str], client: Client, users: Sequence[int], runs: int = 3
+    servers: Mapping[str, str],
+    client: Client,
+    users: Sequence[int],
+    runs: int = 3,
+    seeds: Iterator[int] | None = None,
 ) -> dict[tuple[str, int], list[Point]]:
     """Every server at every load, `runs` times, each run with a seed no other run has.
 
     The order is repetition, then load, then server: each load is measured on every server
     before the next load starts, and every point's runs are spread over the whole session.
+    Grids measured on the same servers share one `seeds` (an `itertools.count()`), so that
+    no run of a later grid repeats the prompts of an earlier one.
     """
+    seeds = seeds if seeds is not None else itertools.count(1)
     grid: dict[tuple[str, int], list[Point]] = {(s, u): [] for u in users for s in servers}
-    seed = 0
     for _ in range(runs):
         for concurrency in users:
             for name, base_url in servers.items():
-                seed += 1
-                grid[name, concurrency].append(client(base_url, concurrency, seed))
+                grid[name, concurrency].append(client(base_url, concurrency, next(seeds)))
     return grid
 
 
