@@ -272,6 +272,66 @@ class VLLMBenchServeDefaults:
     # generation runs to the requested length".
     ignore_eos_action: str = "store_true"
     ignore_eos_dataset: str = "random"
+    # add_cli_args: --request-rate, `default=float("inf")`, "If this is inf, then all the
+    # requests are sent at time 0"; read at commit 009e6d4a1cd6ba3fb2a9fc00f4ec06f5297232a1 of
+    # vllm-project/vllm (the file as stored there, not the 0.32.0 sdist the fields above
+    # were read in).
+    request_rate: float = float("inf")
 
 
 VLLM_BENCH_SERVE = VLLMBenchServeDefaults()
+
+
+@dataclass(frozen=True)
+class VLLMCPUWheels:
+    """Where vLLM's own x86 CPU wheels come from."""
+
+    # vllm-project/vllm, docs/getting_started/installation/cpu.x86.inc.md at commit
+    # 02319794a1415e663baaf6de2f8197f795bd8c03, "pre-built-wheels": "Pre-built vLLM wheels for
+    # x86 with AVX512/AVX2 are available since version 0.17.0", installed from
+    # https://github.com/vllm-project/vllm/releases/download/v${VLLM_VERSION}/
+    # vllm-${VLLM_VERSION}+cpu-cp38-abi3-manylinux_2_34_x86_64.whl with PyTorch's CPU index.
+    # (Earlier versions of the same file said wheels "for x86 with AVX512" since 0.13.0,
+    # at first from wheels.vllm.ai, later as manylinux_2_35 files on the releases.)
+    release_wheels_since: str = "0.17.0"
+
+
+VLLM_CPU_WHEELS = VLLMCPUWheels()
+
+
+@dataclass(frozen=True)
+class VLLMPrefixHashing:
+    """When vLLM's prefix cache moved from Python's `hash` to SHA-256."""
+
+    # vllm-project/vllm, docs/design/prefix_caching.md, "Note 2", as merged in
+    # https://github.com/vllm-project/vllm/pull/29261: "SHA256 is supported since vLLM v0.8.3
+    # and the default since v0.10.2". The option (--prefix-caching-hash-algo sha256) came
+    # with https://github.com/vllm-project/vllm/pull/15297.
+    sha256_since: str = "0.8.3"
+    sha256_default_since: str = "0.10.2"
+
+
+VLLM_PREFIX_HASHING = VLLMPrefixHashing()
+
+
+@dataclass(frozen=True)
+class SGLangServerDefaults:
+    """SGLang's server arguments that the pages set beside vLLM's."""
+
+    # sgl-project/sglang, python/sglang/srt/server_args.py at commit
+    # 001067fffe33427bee0ed2f007fb7551a1d76b44, ServerArgs.port: "The port of the HTTP
+    # server.", 30000.
+    port: int = 30000
+    # Same file: ServerArgs.page_size is None unless given, "The number of tokens in a page";
+    # python/sglang/srt/arg_groups/overrides.py at commit
+    # 003bbaf9ab79c09933e7a17ae6460ac48a756de9, _page_size_default, makes it 1 (64 on MUSA
+    # GPUs and for ROCm's vectorized_5d KV layout; some models pick their own).
+    # docs/advanced_features/server_arguments.md at commit
+    # 004813e1dd464844bd92ddbca5cab8c024a75f78 gives `--page-size` the default 1.
+    page_size: int = 1
+    # server_args.py, ServerArgs.chunked_prefill_size: "The maximum number of tokens in a
+    # chunk for the chunked prefill. Setting this to -1 means disabling chunked prefill."
+    chunked_prefill_off: int = -1
+
+
+SGLANG_SERVER = SGLangServerDefaults()
