@@ -154,8 +154,37 @@ VLLM_BENCH_SERVE = {
         "OPENAI_COMPATIBLE_BACKENDS: args.ignore_eos = True",
         "random",
     ),
+    # read at commit 009e6d4a1cd6ba3fb2a9fc00f4ec06f5297232a1; tests/peers/test_bench_vs_vllm.py
+    # checks the installed 0.32.0
+    "request_rate": ('"--request-rate", type=float, default=float("inf")', "inf"),
 }
 SOURCES |= {("VLLM_BENCH_SERVE", field): source for field, source in VLLM_BENCH_SERVE.items()}
+SOURCES |= {
+    ("VLLM_CPU_WHEELS", "release_wheels_since"): (
+        "Pre-built vLLM wheels for x86 with AVX512/AVX2 are available since version 0.17.0",
+        "0.17.0",
+    ),
+    ("VLLM_PREFIX_HASHING", "sha256_since"): (
+        "SHA256 is supported since vLLM v0.8.3 and the default since v0.10.2",
+        "0.8.3",
+    ),
+    ("VLLM_PREFIX_HASHING", "sha256_default_since"): (
+        "SHA256 is supported since vLLM v0.8.3 and the default since v0.10.2",
+        "0.10.2",
+    ),
+    ("SGLANG_SERVER", "port"): (
+        'port: A[int, "The port of the HTTP server.", NS("serving")] = 30000',
+        "30000",
+    ),
+    ("SGLANG_SERVER", "page_size"): (
+        'if not get_platform().is_musa: return {"page_size": 1}',
+        "1",
+    ),
+    ("SGLANG_SERVER", "chunked_prefill_off"): (
+        "Setting this to -1 means disabling chunked prefill.",
+        "-1",
+    ),
+}
 
 VERSIONS = {
     "VLLM": "0.32.0",
