@@ -234,13 +234,14 @@ def timed(session: nox.Session, timings: dict[str, float], phase: str) -> Iterat
 
 
 def installed_version(session: nox.Session, distribution: str) -> str:
-    """The version of `distribution` in the session's virtualenv, or "" if it is absent."""
+    """The version of `distribution` in the session's virtualenv, or "" if it is absent (or
+    if nothing runs: under --install-only, which then installs it)."""
     script = (
         "import importlib.metadata as m\n"
         f"try: print(m.version({distribution!r}))\n"
         "except m.PackageNotFoundError: print()"
     )
-    return session.run("python", "-c", script, silent=True).strip()
+    return (session.run("python", "-c", script, silent=True) or "").strip()
 
 
 @nox.session(venv_backend="venv")

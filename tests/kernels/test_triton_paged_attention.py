@@ -181,8 +181,8 @@ def test_imports_without_triton_and_says_what_to_use():
     script = (
         "import sys; sys.modules['triton'] = None\n"  # `import triton` now raises ImportError
         "import torch\n"
-        "from llmserve_ref.kernels import triton_paged_attention as tpa\n"
-        "assert not tpa.TRITON_AVAILABLE\n"
+        "from llmserve_ref.kernels import triton_attention, triton_paged_attention as tpa\n"
+        "assert not triton_attention.TRITON_AVAILABLE\n"
         "x, pool = torch.zeros(1, 1, 16), torch.zeros(1, 4, 1, 16)\n"
         "try:\n"
         "    tpa.paged_decode_attention_triton(x, pool, pool, torch.tensor([[0]]),"

@@ -58,7 +58,6 @@ from torch import Tensor
 from llmserve_ref.kernels.triton_attention import (
     DTYPES,
     LOG2E,
-    TRITON_AVAILABLE,  # noqa: F401  (re-exported: callers ask this module)
     interpreted,
     tl,
     triton,
