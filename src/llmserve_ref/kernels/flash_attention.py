@@ -163,7 +163,8 @@ def flash_attention(
     group = check_attention_args(q, k, v, causal)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     k, v = expand_kv(k, group), expand_kv(v, group)
-    q_len, kv_len = q.shape[-2], k.shape[-2]
+    # equivalent mutants: q and k are checked 4-D: shape[2] is shape[-2]
+    q_len, kv_len = q.shape[-2], k.shape[-2]  # pragma: no mutate
     offset = kv_len - q_len  # query row i sits at absolute position offset + i
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)

@@ -243,7 +243,8 @@ def why_triton_cannot_run(device: torch.device | str) -> str | None:
 
 
 def _check_runnable(*tensors: Tensor) -> None:
-    device = tensors[0].device
+    # equivalent mutants: devices all equal, or the same error lists them all
+    device = tensors[0].device  # pragma: no mutate
     if any(t.device != device for t in tensors):
         raise ValueError(
             f"all tensors must be on one device; got {', '.join(str(t.device) for t in tensors)}"
@@ -251,7 +252,8 @@ def _check_runnable(*tensors: Tensor) -> None:
     reason = why_triton_cannot_run(device)
     if reason is not None:
         raise RuntimeError(reason)
-    dtype = tensors[0].dtype
+    # equivalent mutants: dtypes all equal, or the same error lists them all
+    dtype = tensors[0].dtype  # pragma: no mutate
     if dtype not in DTYPES or any(t.dtype != dtype for t in tensors):
         raise ValueError(
             f"q, k, v must share one dtype among float32, float16, bfloat16; got "

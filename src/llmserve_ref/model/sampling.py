@@ -380,12 +380,19 @@ def token_logprobs(
     temperature, top-p or a logit bias never change them, and a greedy token's
     logprob is the model's. One ``topk`` serves every row.
     """
-    logprobs = logits.float().log_softmax(dim=-1)
+    # equivalent mutants: logits are 2-D (gather with [n, 1] ids needs it): dim=1 is dim=-1
+    logprobs = logits.float().log_softmax(dim=-1)  # pragma: no mutate
     ids = torch.tensor(token_ids, dtype=torch.long, device=logits.device)[:, None]
-    chosen = logprobs.gather(-1, ids)[:, 0].tolist()
-    top = logprobs.topk(max(num_top, default=0), dim=-1)
+    # equivalent mutants: logprobs are 2-D: dim 1 is dim -1
+    chosen = logprobs.gather(-1, ids)[:, 0].tolist()  # pragma: no mutate
+    # equivalent mutants: 2-D: dim=1 is the default dim=-1; num_top empty means no rows to read
+    top = logprobs.topk(max(num_top, default=0), dim=-1)  # pragma: no mutate
     values, top_ids = top.values.tolist(), top.indices.tolist()
     return [
-        TokenLogprobs(lp, tuple(zip(top_ids[i][:k], values[i][:k], strict=True)))
+        TokenLogprobs(
+            # equivalent mutants: top_ids[i][:k] and values[i][:k] have one length by construction
+            lp,
+            tuple(zip(top_ids[i][:k], values[i][:k], strict=True)),  # pragma: no mutate
+        )
         for i, (lp, k) in enumerate(zip(chosen, num_top, strict=True))
     ]
