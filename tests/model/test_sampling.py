@@ -323,3 +323,22 @@ def test_token_logprobs_of_no_rows_and_of_mismatched_lists():
     assert token_logprobs(torch.zeros(0, 5), [], []) == []
     with pytest.raises(ValueError):
         token_logprobs(torch.zeros(2, 5), [1, 2], [1])
+
+
+def test_an_empty_bias_and_an_empty_logprob_batch_are_no_ops():
+    # torch.tensor([]) is float32 unless told otherwise, and float ids cannot index
+    logits = torch.tensor([[0.0, 1.0, 2.0]])
+    assert torch.equal(logit_bias(logits, {}), logits)
+    assert token_logprobs(logits, [], []) == []
+
+
+def test_index_tensors_are_made_on_the_logits_device():
+    # with meta as the default device, a tensor made without device= would land there
+    logits = torch.tensor([[0.0, 1.0, 2.0, 3.0]])
+    with torch.device("meta"):
+        biased = logit_bias(logits, {1: 5.0})
+        logprobs = token_logprobs(logits, [2], [1])
+    assert biased.tolist() == [[0.0, 6.0, 2.0, 3.0]]
+    assert logprobs[0].top[0][0] == 3 and math.isclose(
+        logprobs[0].logprob, float(logits.log_softmax(-1)[0, 2]), rel_tol=1e-6
+    )
