@@ -139,7 +139,7 @@ class EngineCore:
         if seq.request.status is not RequestStatus.FINISHED:
             self.scheduler.finish(seq.request)
         for fork in seq.forks:  # samples that were waiting to share its prompt go alone
-            # equivalent mutants: the parent has left the scheduler, and nothing reads n after abort
+            # equivalent mutant `n = 1`: n is 1 + its forks, so after the loop it is 1 either way
             seq.request.n -= 1  # pragma: no mutate
             self.scheduler.add_request(fork.request)
         seq.forks.clear()
