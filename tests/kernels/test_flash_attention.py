@@ -9,13 +9,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn.attention.bias import causal_lower_right
+from torch.utils.flop_counter import FlopCounterMode
 
 from llmserve_ref.device import get_device
+from llmserve_ref.kernels import flash_attention as flash_module
 from llmserve_ref.kernels.flash_attention import (
     TOLERANCE,
     AttentionShape,
     attention_flops,
     causal_mask,
+    expand_kv,
     flash_attention,
     merge_partials,
     naive_attention,
@@ -103,6 +106,54 @@ def test_every_tensor_is_made_on_the_inputs_device_not_the_default_one():
     assert torch.equal(mask, causal_mask(5, 7, device=q.device))
 
 
+def test_the_output_and_lse_are_float32_buffers_whatever_the_default_dtype():
+    """Under a float16 default dtype, a buffer made without `dtype=` would round the output
+    and the LSE to float16's 11 bits; the accumulators still reach float32 on the first tile."""
+    q, k, v = make_qkv((1, 2, 2, 9, 20, 32, True), torch.float32, seed=5)
+    expected, expected_lse = flash_attention(q, k, v, causal=True, block_m=4, block_n=8)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float16)
+    try:
+        out, lse = flash_attention(q, k, v, causal=True, block_m=4, block_n=8)
+    finally:
+        torch.set_default_dtype(default)
+    assert out.dtype == lse.dtype == torch.float32
+    assert torch.equal(out, expected) and torch.equal(lse, expected_lse)
+
+
+def test_kv_heads_are_copied_only_when_each_serves_several_query_heads():
+    k = torch.arange(12.0).reshape(1, 2, 3, 2)
+    assert expand_kv(k, 1) is k
+    assert torch.equal(expand_kv(k, 2), k[:, [0, 0, 1, 1]])
+
+
+def pairs_scored(q_len: int, kv_len: int, causal: bool, **blocks: int) -> int:
+    """The (query, key) pairs `flash_attention` scores on one head, read off its FLOPs:
+    Q Kᵀ and P V each cost 2 * head_dim per pair, whatever the tile shapes."""
+    head_dim = 16
+    q, k, v = make_qkv((1, 1, 1, q_len, kv_len, head_dim, causal), torch.float32)
+    with FlopCounterMode(display=False) as counter:
+        flash_attention(q, k, v, causal=causal, **blocks)
+    flops = counter.get_total_flops()
+    assert flops % (4 * head_dim) == 0
+    return flops // (4 * head_dim)
+
+
+def test_a_causal_query_tile_skips_the_key_tiles_past_its_last_row():
+    """128 queries and keys in 32 x 32 tiles: query tile i scores key tiles 0 .. i, 10 tile
+    products of the 16 that a non-causal call scores; each query row is in one tile only."""
+    assert pairs_scored(128, 128, causal=True, block_m=32, block_n=32) == 10 * 32 * 32
+    assert pairs_scored(128, 128, causal=False, block_m=32, block_n=32) == 16 * 32 * 32
+    # A chunk of 32 queries after 96 cached keys: one query tile, all four key tiles.
+    assert pairs_scored(32, 128, causal=True, block_m=32, block_n=32) == 4 * 32 * 32
+
+
+def test_the_default_tiles_are_64_queries_by_64_keys():
+    """Causal 128 x 128 in 64 x 64 tiles scores 3 tile products of the 4; a tile one row or
+    one key longer would score another number of pairs."""
+    assert pairs_scored(128, 128, causal=True) == 3 * 64 * 64
+
+
 def test_naive_returns_the_inputs_dtype():
     q, k, v = make_qkv((1, 2, 2, 3, 3, 16, True), torch.float16)
     assert naive_attention(q, k, v, causal=True)[0].dtype == torch.float16
@@ -146,6 +197,26 @@ def test_split_kv_reference_matches_sdpa(kv_len, num_splits):
     expected, expected_lse = sdpa_attention(q, k, v)
     assert_close(out, expected, torch.float32)
     assert_close(lse, expected_lse, torch.float32)
+
+
+def test_split_kv_cuts_the_keys_into_num_splits_near_equal_parts(monkeypatch):
+    """10 keys in 3 parts are cut at round(10/3) and round(20/3); 2 keys in 3 parts make
+    two parts of one key, the empty one is skipped."""
+    lengths = []
+
+    def spy(q, k, v, **kwargs):
+        lengths.append(k.shape[-2])
+        return flash_attention(q, k, v, **kwargs)
+
+    monkeypatch.setattr(flash_module, "flash_attention", spy)
+    for kv_len, expected in ((10, [3, 4, 3]), (2, [1, 1])):
+        lengths.clear()
+        q, k, v = make_qkv((1, 2, 2, 1, kv_len, 16, False), torch.float32, seed=kv_len)
+        out, lse = split_kv_attention(q, k, v, num_splits=3)
+        assert lengths == expected
+        expected_out, expected_lse = sdpa_attention(q, k, v)
+        assert_close(out, expected_out, torch.float32)
+        assert_close(lse, expected_lse, torch.float32)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)
