@@ -132,6 +132,62 @@ def test_lse_is_float32_whatever_the_default_dtype():
         assert out.dtype == q.dtype and lse.dtype == torch.float32
 
 
+@needs_triton
+def test_decode_partials_are_float32_whatever_the_default_dtype():
+    """Under a float16 default dtype, partials made without `dtype=` would round each
+    partition's output and LSE to 11 bits, and the merged result would miss float32's
+    tolerance."""
+    q, k, v = make_qkv((1, 2, 1, 1, 40, 16, False), torch.float32, seed=11)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float16)
+    try:
+        out, lse = flash_decode(q, k, v, num_splits=2, block_n=16)
+    finally:
+        torch.set_default_dtype(default)
+    expected, expected_lse = sdpa_attention(q, k, v)
+    assert out.dtype == lse.dtype == torch.float32
+    assert_close(out, expected, torch.float32)
+    assert_close(lse, expected_lse, torch.float32)
+
+
+class LaunchSpy:
+    """Stands for a jitted kernel: `kernel[grid](*args, **kwargs)` records the keywords."""
+
+    def __init__(self) -> None:
+        self.launches: list[dict] = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append(kwargs)
+
+
+@pytest.mark.skipif(not triton_attention.TRITON_AVAILABLE, reason="Triton is not installed")
+@pytest.mark.parametrize(
+    ("dtype", "head_dim", "precision", "num_warps"),
+    [
+        (torch.float32, 64, "ieee", 4),
+        (torch.float32, 128, "ieee", 8),
+        (torch.float16, 16, "tf32", 4),
+        (torch.float16, 128, "tf32", 8),
+    ],
+)
+def test_forward_launch_takes_exact_float32_dots_and_eight_warps_past_head_dim_64(
+    monkeypatch, dtype, head_dim, precision, num_warps
+):
+    """float32 dots in IEEE precision (tf32 would round the inputs to 10 bits), 4 warps up
+    to head_dim 64 and 8 above, 2 pipeline stages (the kernel does not run here)."""
+    spy = LaunchSpy()
+    monkeypatch.setattr(triton_attention, "_check_runnable", lambda *tensors: None)
+    monkeypatch.setattr(triton_attention, "_flash_forward_kernel", spy)
+    q = torch.zeros(1, 1, 4, head_dim, dtype=dtype)
+    flash_attention_forward(q, q, q)
+    [launch] = spy.launches
+    assert (launch["PRECISION"], launch["num_warps"], launch["num_stages"]) == (
+        precision,
+        num_warps,
+        2,
+    )
+
+
 def test_tensors_on_two_devices_or_on_one_triton_cannot_use_are_refused():
     """`meta` stands for a device other than the inputs', and for one Triton cannot run on."""
     q = torch.zeros(1, 1, 1, 16)
@@ -186,6 +242,25 @@ def test_refusals_name_what_was_passed():
         "head_dim=48 is not supported; the kernels take 16, 32, 64, 128 "
         "(pad the head dim up to one of them)"
     )
+
+
+@needs_triton
+def test_query_and_keys_of_different_head_dims_are_refused_as_a_mismatch():
+    """q's head_dim (16, supported) is the one checked against the kernels' list, so k's 8
+    fails the shape check, which names the mismatch rather than an unsupported size."""
+    q, kv = torch.zeros(1, 1, 1, 16, device=DEVICE), torch.zeros(1, 1, 4, 8, device=DEVICE)
+    for kernel in (flash_attention_forward, flash_decode):
+        with pytest.raises(ValueError, match=r"must agree on batch \(dim 0\) and head_dim"):
+            kernel(q, kv, kv)
+
+
+@needs_triton
+def test_decode_checks_its_query_count_not_a_causal_alignment():
+    """Decoding is not causal: 2 queries against 1 key are refused for being more than one
+    query, not for outnumbering the keys."""
+    q, kv = torch.zeros(1, 1, 2, 16, device=DEVICE), torch.zeros(1, 1, 1, 16, device=DEVICE)
+    with pytest.raises(ValueError, match=r"^flash_decode takes one query per sequence"):
+        flash_decode(q, kv, kv)
 
 
 class Planned(Exception):
