@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -320,6 +321,55 @@ def test_shapes_and_setup_are_checked(models, tiny_llama):
     elsewhere = copy.deepcopy(draft).to("meta")  # the same model on another device
     with pytest.raises(ValueError, match=f"target is on {target.device} but draft on meta"):
         SpeculativeDecoder(target, elsewhere, [0])
+
+
+class StandIn:
+    """A stand-in for `Llama` on `device` that records the device of each input and the cache
+    it was given, and returns all-zero logits on the CPU (greedy picks token 0). `meta`
+    stands for a device other than the default one."""
+
+    def __init__(self, vocab_size: int = 8, device: str = "meta") -> None:
+        self.device = torch.device(device)
+        self.config = SimpleNamespace(vocab_size=vocab_size, max_position_embeddings=128)
+        self.calls: list[tuple[torch.device, object]] = []
+
+    def make_cache(self, batch_size: int, max_len: int) -> SimpleNamespace:
+        return SimpleNamespace(length=0, max_len=max_len)
+
+    def __call__(self, ids: torch.Tensor, cache: object = None) -> torch.Tensor:
+        self.calls.append((ids.device, cache))
+        return torch.zeros(1, ids.shape[-1], self.config.vocab_size)
+
+
+def test_a_draft_with_another_vocabulary_is_refused_in_full():
+    with pytest.raises(
+        ValueError,
+        match=r"^draft vocabulary \(9\) differs from the target's \(8\): speculative "
+        r"decoding needs both models to share one tokenizer$",
+    ):
+        SpeculativeDecoder(StandIn(vocab_size=8), StandIn(vocab_size=9), [1])
+
+
+def test_a_new_decoder_is_not_done():
+    assert SpeculativeDecoder(StandIn(), StandIn(), [1], GREEDY).done is False
+
+
+def test_the_prefill_feeds_each_model_on_its_device_with_its_own_cache():
+    target, draft = StandIn(), StandIn()
+    decoder = SpeculativeDecoder(target, draft, [1, 2, 3], GREEDY)
+    assert decoder.step() == [0]
+    [(target_device, target_cache)] = target.calls
+    [(draft_device, draft_cache)] = draft.calls
+    assert target_device == draft_device == torch.device("meta")
+    assert target_cache is decoder.target_cache and draft_cache is decoder.draft_cache
+
+
+def test_the_draft_guesses_on_its_device_with_the_cache_given():
+    draft, cache = StandIn(), object()
+    tokens, q = speculative.propose(draft, cache, [1, 2], gamma=3, params=GREEDY)
+    assert tokens == [0, 0, 0] and q.shape == (3, 8)
+    assert [device for device, _ in draft.calls] == [torch.device("meta")] * 3
+    assert all(given is cache for _, given in draft.calls)
 
 
 def test_defaults_are_four_guesses_a_round_and_sixty_four_new_tokens(models):
