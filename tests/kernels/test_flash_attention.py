@@ -106,13 +106,16 @@ def test_every_tensor_is_made_on_the_inputs_device_not_the_default_one():
     assert torch.equal(mask, causal_mask(5, 7, device=q.device))
 
 
-def test_the_output_and_lse_are_float32_buffers_whatever_the_default_dtype():
+@pytest.mark.parametrize("default_dtype", [torch.float16, torch.float64])
+def test_the_output_and_lse_are_float32_buffers_whatever_the_default_dtype(default_dtype):
     """Under a float16 default dtype, a buffer made without `dtype=` would round the output
-    and the LSE to float16's 11 bits; the accumulators still reach float32 on the first tile."""
+    and the LSE to float16's 11 bits; under float64, running statistics made without it
+    would meet float32 tiles in a matmul and fail. Every buffer is float32 whatever the
+    default."""
     q, k, v = make_qkv((1, 2, 2, 9, 20, 32, True), torch.float32, seed=5)
     expected, expected_lse = flash_attention(q, k, v, causal=True, block_m=4, block_n=8)
     default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float16)
+    torch.set_default_dtype(default_dtype)
     try:
         out, lse = flash_attention(q, k, v, causal=True, block_m=4, block_n=8)
     finally:

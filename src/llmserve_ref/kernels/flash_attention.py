@@ -172,9 +172,9 @@ def flash_attention(
     for m0 in range(0, q_len, block_m):  # one query tile: on a GPU, one program
         q_tile = q[..., m0 : m0 + block_m, :].float() * scale
         rows = torch.arange(m0, m0 + q_tile.shape[-2], device=q.device) + offset
-        m_i = torch.full(q_tile.shape[:-1], -math.inf, device=q.device)  # running max
-        l_i = torch.zeros(q_tile.shape[:-1], device=q.device)  # running sum of exp(s - m_i)
-        acc = torch.zeros(q_tile.shape, device=q.device)  # running sum of exp(s - m_i) @ V
+        m_i = q_tile.new_full(q_tile.shape[:-1], -math.inf)  # running max
+        l_i = q_tile.new_zeros(q_tile.shape[:-1])  # running sum of exp(s - m_i)
+        acc = torch.zeros_like(q_tile)  # running sum of exp(s - m_i) @ V
 
         # A causal tile needs no keys past its last row's position: skip those tiles.
         kv_end = min(kv_len, int(rows[-1]) + 1) if causal else kv_len
