@@ -39,7 +39,8 @@ import torch
 
 from llmserve_ref.engine.block_manager import BlockManager
 from llmserve_ref.engine.interface import EngineRequest, EngineStats, FinishReason, TokenOutput
-from llmserve_ref.engine.model_runner import Chunk, ModelRunner
+from llmserve_ref.engine.model_runner import ModelRunner
+from llmserve_ref.engine.paged_batch import Chunk
 from llmserve_ref.engine.request import Request, RequestStatus
 from llmserve_ref.engine.scheduler import Scheduler
 from llmserve_ref.engine.scheduler_config import SchedulerConfig
