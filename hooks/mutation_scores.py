@@ -77,8 +77,29 @@ def scores(results: dict) -> str:
             "their tests still run against the mutants of the code around them:",
             "",
             *(f"- {line}" for line in skipped),
+            "",
+            *survivors(results),
         ]
     )
+
+
+def survivor_lines(results: dict) -> list[str]:
+    """Each surviving mutant as `module:line`, the line, and what the mutant made of it."""
+    return [
+        f"`{m['module']}:{s['line']}`: `{s['code']}` → `{s['mutated']}`"
+        for m in results["modules"]
+        for s in m["survivors"]
+    ]
+
+
+def survivors(results: dict) -> list[str]:
+    """The survivors, collapsed under the table: every one a reader can look up."""
+    found = survivor_lines(results)
+    return [
+        f'??? note "The {len(found)} surviving mutants, line by line"',
+        "",
+        *(f"    - {line}" for line in found),
+    ]
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:

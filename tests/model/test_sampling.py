@@ -342,3 +342,19 @@ def test_index_tensors_are_made_on_the_logits_device():
     assert logprobs[0].top[0][0] == 3 and math.isclose(
         logprobs[0].logprob, float(logits.log_softmax(-1)[0, 2]), rel_tol=1e-6
     )
+
+
+def test_next_token_makes_the_ids_it_penalizes_on_the_logits_device(monkeypatch):
+    """The prompt's and the output's ids become tensors where the logits are (on a GPU, CPU
+    ids would fail in the penalties): both name the logits' device."""
+    logits = torch.tensor([[0.0, 1.0, 2.0]])
+    made, tensor = [], torch.tensor
+
+    def spy(data, *args, **kwargs):
+        made.append(kwargs.get("device", "not given"))
+        return tensor(data, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "tensor", spy)
+    params = SamplingParams(temperature=0, repetition_penalty=1.2)
+    assert next_token(logits, params, prompt_ids=[0, 1], output_ids=[2]) == 2
+    assert made[:2] == [logits.device, logits.device]

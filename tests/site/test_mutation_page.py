@@ -44,5 +44,10 @@ def test_the_pages_table_is_the_recorded_file(built_site):
     expected = [[cell.replace("`", "") for cell in row] for row in mutation_scores.rows(results)]
     assert rows == [mutation_scores.HEADER, *expected]
     assert results["tool"] in page and f"{results['threshold']:.0%}" in page
+    listed = re.search(r"<details class=\"note\">(.*?)</details>", page, re.S)
+    assert listed, "the survivors are listed under the table"
+    items = re.findall(r"<li>(.*?)</li>", listed[1], re.S)
+    items = [cells(f"<td>{item}</td>")[0] for item in items]
+    assert items == [line.replace("`", "") for line in mutation_scores.survivor_lines(results)]
     home = (built_site.site / "index.html").read_text(encoding="utf-8")
     assert 'href="how-we-test/"' in home
