@@ -11,7 +11,7 @@ nox -s engines                      # real vLLM (CPU build) beside our server; i
 nox -s robustness                   # Schemathesis fuzz and a 32-stream soak, live server
 nox -s site-audit                   # Lighthouse on the topic pages, mobile and desktop
 nox -s torch_range                  # kernel, model, engine tests on torch 2.5.0 and the newest
-nox -s mutation                     # mutation testing of the named components (~40 min)
+nox -s mutation                     # mutation testing of the named components (~20 min)
 """
 
 from __future__ import annotations
@@ -323,8 +323,9 @@ def mutation(session: nox.Session) -> None:
     tests (tests/mutation/score.py): per module, mutants made, killed, survived, timed out,
     the survivors' lines; fails below 90% killed. `-- --record` writes recordings/mutation.json
     for the site's "How we test" page; `-- --module engine/scheduler.py` runs one (and with
-    --record replaces its row). About 40 minutes on two cores: not in .ci/run, a job of its
-    own in .github/workflows/tests.yml."""
+    --record replaces its row). About 20 minutes on two cores (recordings/mutation.json's
+    seconds): not in .ci/run, which has no room for it with 15 minutes to spare, but a job of
+    its own in .github/workflows/tests.yml."""
     install(session, "tests")
     session.install(MUTMUT)
     env = {**ENV, "LLMSERVE_DEVICE": "cpu", "TRITON_INTERPRET": "1"}
