@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from itertools import pairwise
 
 import pytest
@@ -42,6 +44,17 @@ SHAPES = [
     (2, 4, 1, 70, 200, 32, False),
 ]
 DTYPES = [torch.float32, torch.float16]
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """torch's default dtype set to `dtype` inside the block, and put back after it."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
 
 
 def make_qkv(shape, dtype, seed=0):
@@ -106,20 +119,16 @@ def test_every_tensor_is_made_on_the_inputs_device_not_the_default_one():
     assert torch.equal(mask, causal_mask(5, 7, device=q.device))
 
 
-@pytest.mark.parametrize("default_dtype", [torch.float16, torch.float64])
-def test_the_output_and_lse_are_float32_buffers_whatever_the_default_dtype(default_dtype):
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+def test_the_output_and_lse_are_float32_buffers_whatever_the_default_dtype(dtype):
     """Under a float16 default dtype, a buffer made without `dtype=` would round the output
     and the LSE to float16's 11 bits; under float64, running statistics made without it
     would meet float32 tiles in a matmul and fail. Every buffer is float32 whatever the
     default."""
     q, k, v = make_qkv((1, 2, 2, 9, 20, 32, True), torch.float32, seed=5)
     expected, expected_lse = flash_attention(q, k, v, causal=True, block_m=4, block_n=8)
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(default_dtype)
-    try:
+    with default_dtype(dtype):
         out, lse = flash_attention(q, k, v, causal=True, block_m=4, block_n=8)
-    finally:
-        torch.set_default_dtype(default)
     assert out.dtype == lse.dtype == torch.float32
     assert torch.equal(out, expected) and torch.equal(lse, expected_lse)
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from test_flash_attention import SHAPES, assert_close, make_qkv
+from test_flash_attention import SHAPES, assert_close, default_dtype, make_qkv
 
 from llmserve_ref.device import get_device
 from llmserve_ref.kernels import triton_attention
@@ -122,12 +122,8 @@ def test_every_tensor_is_made_on_the_inputs_device_not_the_default_one():
 @needs_triton
 def test_lse_is_float32_whatever_the_default_dtype():
     q, k, v = make_qkv((1, 2, 1, 1, 40, 16, False), torch.float32, seed=11)
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
+    with default_dtype(torch.float64):
         results = flash_attention_forward(q, k, v), flash_decode(q, k, v, num_splits=2)
-    finally:
-        torch.set_default_dtype(default)
     for out, lse in results:
         assert out.dtype == q.dtype and lse.dtype == torch.float32
 
@@ -138,12 +134,8 @@ def test_decode_partials_are_float32_whatever_the_default_dtype():
     partition's output and LSE to 11 bits, and the merged result would miss float32's
     tolerance."""
     q, k, v = make_qkv((1, 2, 1, 1, 40, 16, False), torch.float32, seed=11)
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float16)
-    try:
+    with default_dtype(torch.float16):
         out, lse = flash_decode(q, k, v, num_splits=2, block_n=16)
-    finally:
-        torch.set_default_dtype(default)
     expected, expected_lse = sdpa_attention(q, k, v)
     assert out.dtype == lse.dtype == torch.float32
     assert_close(out, expected, torch.float32)
