@@ -19,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 import shutil
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import nox
 
@@ -333,6 +335,28 @@ def mutation(session: nox.Session) -> None:
     with timed(session, timings, "mutation session"):
         workdir = os.path.join(session.create_tmp(), "mutation")
         session.run("python", "tests/mutation/score.py", workdir, *session.posargs, env=env)
+
+
+@nox.session(name="gguf-floor")
+def gguf_floor(session: nox.Session) -> None:
+    """The GGUF export's tests (gguf's own reader and transformers' GGUF loader read the file
+    back) on the oldest gguf that pyproject.toml admits; the tests session runs the newest."""
+    floor = re.search(r'"gguf>=([\w.]+)"', Path("pyproject.toml").read_text()).group(1)
+    install(session, "tests")
+    session.install(f"gguf=={floor}")
+    found = session.run("python", "-c", "import gguf, importlib.metadata as m; "
+                        "print(m.version('gguf'))", silent=True)  # fmt: skip
+    if found is not None and found.strip() != floor:  # None under --install-only
+        session.error(f"gguf {found.strip()} installed, not the floor {floor}")
+    env = {**ENV, "LLMSERVE_DEVICE": "cpu"}
+    # Not this one: its oracle is what llama.cpp's converter reads (gguf's SpecialVocab takes
+    # add_bos_token from tokenizer.json's post-processor), which 0.17.1's SpecialVocab does
+    # not read (KeyError 'bos'); the export writes the flag itself, whatever gguf's version.
+    oracle = "tests/model/test_gguf_export.py::test_the_bos_and_eos_flags_are_what_llama_cpps_converter_reads_from_the_source"  # noqa: E501
+    session.run(
+        "pytest", "tests/model/test_gguf_export.py", "--deselect", oracle, "-q", *session.posargs,
+        env=env,
+    )  # fmt: skip
 
 
 # torch_range: the tests of the code that calls torch, on the oldest torch pyproject.toml
