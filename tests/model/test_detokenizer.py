@@ -3,7 +3,9 @@ strings are cut out however the tokens fall."""
 
 from __future__ import annotations
 
+import gc
 import itertools
+import weakref
 
 import pytest
 from hypothesis import example, given, settings
@@ -37,6 +39,18 @@ def test_token_bytes_concatenate_to_the_utf8_of_the_text():
 def test_every_byte_has_a_token_and_special_tokens_are_their_text():
     assert set(BYTE_TOKEN) == set(range(256))
     assert PIECES[TOKENIZER.eos_id] == b"<|eos|>"
+
+
+def test_the_vocabulary_is_read_once_per_tokenizer_and_does_not_keep_it_alive():
+    """Every request's Detokenizer shares one reading of the vocabulary; another tokenizer
+    (the same file, loaded again) gets its own, equal one, gone with the tokenizer."""
+    other = Tokenizer.from_file(TARGET_DIR)
+    assert Detokenizer(TOKENIZER).pieces is Detokenizer(TOKENIZER).pieces is PIECES
+    assert token_bytes(other) == PIECES and token_bytes(other) is not PIECES
+    alive = weakref.ref(other)
+    del other
+    gc.collect()
+    assert alive() is None
 
 
 def test_the_corpus_splits_characters_when_decoded_token_by_token():

@@ -40,6 +40,7 @@ b'\\xc3\\xa9'
 from __future__ import annotations
 
 import codecs
+import weakref
 from collections.abc import Iterable
 
 from llmserve_ref.model.tokenizer import Tokenizer
@@ -62,16 +63,23 @@ def _byte_alphabet() -> dict[str, int]:
     return {chr(c): b for b, c in zip(printable, stand_ins, strict=True)}
 
 
-def token_bytes(tokenizer: Tokenizer) -> list[bytes]:
-    """The raw bytes of every token id; a special token is its own text in UTF-8."""
-    alphabet = _byte_alphabet()
-    special = {t.content for t in tokenizer.backend.get_added_tokens_decoder().values()}
-    pieces = [b""] * tokenizer.vocab_size
-    for token, i in tokenizer.backend.get_vocab().items():
-        if token in special:
-            pieces[i] = token.encode()
-        else:
-            pieces[i] = bytes(alphabet[c] for c in token)
+_PIECES: weakref.WeakKeyDictionary[Tokenizer, tuple[bytes, ...]] = weakref.WeakKeyDictionary()
+
+
+def token_bytes(tokenizer: Tokenizer) -> tuple[bytes, ...]:
+    """The raw bytes of every token id; a special token is its own text in UTF-8.
+
+    Read from the whole vocabulary once per tokenizer, then shared (hence a tuple): the
+    server makes a `Detokenizer` for every request it admits.
+    """
+    pieces = _PIECES.get(tokenizer)
+    if pieces is None:
+        alphabet = _byte_alphabet()
+        special = {t.content for t in tokenizer.backend.get_added_tokens_decoder().values()}
+        read = [b""] * tokenizer.vocab_size
+        for token, i in tokenizer.backend.get_vocab().items():
+            read[i] = token.encode() if token in special else bytes(alphabet[c] for c in token)
+        pieces = _PIECES[tokenizer] = tuple(read)
     return pieces
 
 

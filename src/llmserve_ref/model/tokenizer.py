@@ -31,6 +31,7 @@ message cannot open a turn of its own.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -114,14 +115,15 @@ class Tokenizer:
         """How many distinct token ids there are (special tokens included)."""
         return self.backend.get_vocab_size()
 
-    @property
+    @functools.cached_property
     def max_token_chars(self) -> int:
         """The most characters one token can stand for: a text of more than
         ``n * max_token_chars`` characters is more than ``n`` tokens, known without encoding it.
 
         Byte-level BPE writes each byte of a token as one character of its vocabulary entry,
         and a character is at least one byte, so an entry's length bounds the characters
-        the token covers (special tokens included: their text is their entry).
+        the token covers (special tokens included: their text is their entry). Read once:
+        the server checks every request's prompt against it.
         """
         return max(len(entry) for entry in self.backend.get_vocab(with_added_tokens=True))
 

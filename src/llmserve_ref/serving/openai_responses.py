@@ -19,7 +19,6 @@ of `llmserve_ref.serving.openai_requests` choose, each for its own endpoint.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,7 +91,7 @@ def chat_logprobs(tokens: Sequence[tuple[int, TokenLogprobs]], tokenizer: Tokeni
         return {
             "token": token_text(tokenizer, token_id),
             "logprob": logprob,
-            "bytes": list(_token_pieces(tokenizer)[token_id]),
+            "bytes": list(token_bytes(tokenizer)[token_id]),
         }
 
     return {
@@ -124,10 +123,4 @@ def completion_logprobs(
 
 def token_text(tokenizer: Tokenizer, token_id: int) -> str:
     """A token's own bytes as text (``�`` for part of a character)."""
-    return _token_pieces(tokenizer)[token_id].decode("utf-8", errors="replace")
-
-
-@functools.cache
-def _token_pieces(tokenizer: Tokenizer) -> list[bytes]:
-    """Every token's bytes, computed once per tokenizer."""
-    return token_bytes(tokenizer)
+    return token_bytes(tokenizer)[token_id].decode("utf-8", errors="replace")
