@@ -108,6 +108,8 @@ engine/, many requests on one model:
   Pages: stage-5/ttft-tpot-throughput.
 * ``engine.model_runner``: one forward pass over every scheduled token, on paged KV.
   Pages: none.
+* ``engine.ngram_proposer``: prompt lookup: guesses what follows from an earlier match (ngram).
+  Pages: none.
 * ``engine.output_processor``: token ids to each stream's text, stop strings, times, endings.
   Pages: stage-6/streaming.
 * ``engine.paged_batch``: one step's packed tokens, attending through block tables.
