@@ -136,7 +136,7 @@ def site_audit(session: nox.Session) -> None:
     below the bars of tests/lighthouse/site_audit.py (a page's mobile score is the median of
     up to three runs). `-- --runs 3` runs it three times and prints the spread. Then the
     tests marked `audit`: axe-core's WCAG rules on every built page, light and dark, and the
-    notebook pages' trimmed CSS checked in Chromium (about 5 minutes, which the tests session
+    notebook pages' trimmed CSS checked in Chromium (about 9 minutes, which the tests session
     leaves to this one)."""
     chromium = os.environ.get("CHROME_PATH", "/usr/bin/chromium")
     if not shutil.which("npm") or not os.path.exists(chromium):
