@@ -38,8 +38,8 @@ model/, the tiny Llama and what runs one sequence on it:
 * ``model.chat_template``: chat messages to the one token sequence the model continues.
   Pages: stage-3/run-a-model-locally, stage-8/prefix-caching.
 * ``model.corpus``: the tiny models' training text, written by a seeded story generator.
-  Pages: stage-1/tokens-and-the-generation-loop, stage-2/sampling-and-decoding, stage-5/mqa-and-gqa,
-  stage-6/quantization.
+  Pages: stage-1/tokens-and-the-generation-loop, stage-2/sampling-and-decoding,
+  stage-5/mqa-and-gqa, stage-6/quantization, stage-6/speculative-decoding.
 * ``model.detokenizer``: token ids to the text a client may see, one token at a time.
   Pages: stage-6/streaming.
 * ``model.forward_step``: one forward pass of new tokens after cached ones, ready to time.
@@ -94,14 +94,16 @@ engine/, many requests on one model:
 * ``engine.core_worker``: the engine core's loop in its own process or thread, and its messages.
   Pages: none.
 * ``engine.engine_core``: the engine core: continuous batching on paged KV, one step at a time.
-  Pages: stage-7/pagedattention, stage-8/paged-kv-allocator, stage-8/prefix-caching.
+  Pages: stage-6/speculative-decoding, stage-7/pagedattention, stage-8/paged-kv-allocator,
+  stage-8/prefix-caching.
 * ``engine.engine_config``: the serving engine's knobs, by vLLM's names.
   Pages: stage-8/prefix-caching, stage-9/running-a-serving-engine.
 * ``engine.interface``: what the HTTP server and an engine hand each other.
-  Pages: stage-5/ttft-tpot-throughput, stage-6/streaming, stage-9/running-a-serving-engine.
+  Pages: stage-5/ttft-tpot-throughput, stage-6/speculative-decoding, stage-6/streaming,
+  stage-9/running-a-serving-engine.
 * ``engine.kv_block``: one block of KV memory, and its name in the prefix cache.
-  Pages: stage-7/pagedattention, stage-7/scheduler-simulator, stage-8/paged-kv-allocator,
-  stage-8/prefix-caching.
+  Pages: stage-6/speculative-decoding, stage-7/pagedattention, stage-7/scheduler-simulator,
+  stage-8/paged-kv-allocator, stage-8/prefix-caching.
 * ``engine.kv_storage``: the tensors a paged KV cache lives in, indexed by block id.
   Pages: stage-7/pagedattention.
 * ``engine.loop_engine``: the first engine: one worker thread, one forward pass per request.
@@ -121,9 +123,13 @@ engine/, many requests on one model:
   Pages: stage-7/pagedattention, stage-7/pd-disaggregation, stage-7/scheduler-simulator,
   stage-8/paged-kv-allocator, stage-8/prefix-caching.
 * ``engine.scheduler_config``: the knobs of one engine instance: budget, seats, blocks, policy.
-  Pages: stage-5/ttft-tpot-throughput, stage-7/pagedattention, stage-7/scheduler-simulator,
-  stage-8/paged-kv-allocator, stage-8/prefix-caching.
+  Pages: stage-5/ttft-tpot-throughput, stage-6/speculative-decoding, stage-7/pagedattention,
+  stage-7/scheduler-simulator, stage-8/paged-kv-allocator, stage-8/prefix-caching.
+* ``engine.scheduler_output``: one step's plan for the engine, and the scheduler's counts.
+  Pages: stage-7/scheduler-simulator.
 * ``engine.speculative``: speculative decoding: a draft guesses, the target checks at once.
+  Pages: stage-6/speculative-decoding.
+* ``engine.speculative_config``: ``--speculative-config``'s vLLM keys, and the proposer they make.
   Pages: stage-6/speculative-decoding.
 
 planning/, numbers before hardware:

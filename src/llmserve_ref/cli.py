@@ -3,7 +3,7 @@
     llmserve-ref serve [--model tiny] [--host 127.0.0.1] [--port 8000] [--engine batched]
                        [--max-num-seqs N] [--max-num-batched-tokens N] [--block-size N]
                        [--[no-]enable-prefix-caching] [--max-model-len N]
-                       [--kv-cache-memory-bytes BYTES]
+                       [--kv-cache-memory-bytes BYTES] [--speculative-config JSON]
                        [--api-key KEY] [--allowed-origins JSON_LIST]
                        [--max-request-bytes BYTES] [--max-stop-strings N] [--max-stop-chars N]
                        [--max-pending-seqs N] [--header-timeout S] [--body-timeout S]
@@ -23,7 +23,8 @@ dependencies (the server's uvicorn, say) are not needed by another.
 ('tiny', '127.0.0.1', 0, 'batched')
 >>> engine_config(parser.parse_args(["serve", "--kv-cache-memory-bytes", "1GiB"]))
 EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, block_size=16, \
-enable_prefix_caching=True, max_model_len=None, kv_cache_memory_bytes=1073741824)
+enable_prefix_caching=True, max_model_len=None, kv_cache_memory_bytes=1073741824, \
+speculative_config=None)
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from llmserve_ref.engine.engine_config import EngineConfig
+    from llmserve_ref.engine.speculative_config import SpeculativeConfig
     from llmserve_ref.serving.limits import Limits
 
 SIZE = re.compile(r"(\d+(?:\.\d+)?)([A-Za-z]*)")
@@ -70,6 +72,20 @@ def memory_bytes(text: str) -> int:
             f"{text!r} is not a byte count (try 67108864, 64M or 64MiB; 64m is decimal)"
         )
     return int(float(match[1]) * suffixes[match[2]])
+
+
+def speculative_config(text: str) -> SpeculativeConfig:
+    """``--speculative-config`` as vLLM takes it: a JSON object of vLLM's keys, checked.
+
+    >>> speculative_config('{"method": "ngram", "num_speculative_tokens": 4}').prompt_lookup_max
+    5
+    """
+    from llmserve_ref.engine.speculative_config import SpeculativeConfig
+
+    try:
+        return SpeculativeConfig.from_json(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def origins(text: str) -> list[str]:
@@ -179,6 +195,14 @@ def add_engine_flags(group: argparse._ArgumentGroup) -> None:
         default=defaults.kv_cache_memory_bytes,
         help="KV cache size, e.g. 67108864 or 64MiB",
     )
+    group.add_argument(
+        "--speculative-config",
+        type=speculative_config,
+        default=defaults.speculative_config,
+        help="speculative decoding, as vLLM takes it: a JSON object, e.g. "
+        """'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'; """
+        "None: off",
+    )
 
 
 def add_access_flags(group: argparse._ArgumentGroup) -> None:
@@ -254,6 +278,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         enable_prefix_caching=args.enable_prefix_caching,
         max_model_len=args.max_model_len,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        speculative_config=args.speculative_config,
     )
 
 

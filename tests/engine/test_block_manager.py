@@ -562,3 +562,18 @@ def test_appending_copies_only_the_shared_blocks_it_writes_into():
     assert free_before - bm.num_free_blocks == needed == 1  # block 1, not the reserved 2, 3
     assert bm.table("c")[2:] == bm.table("p")[2:]  # the reserved room stays shared
     check_blocks(bm)
+
+
+def test_truncate_lets_go_of_the_blocks_past_the_tokens_kept_and_nothing_else():
+    bm = BlockManager(num_blocks=8, block_size=4)
+    bm.allocate("a", num_tokens=6)
+    bm.fork("a", "b")  # both hold blocks 0 and 1
+    assert bm.append_slots("a", 6, 13)  # positions 6 to 12: a copy of block 1, two new ones
+    bm.copies_done()
+    assert len(bm.table("a")) == 4
+    bm.truncate("a", 9)  # keep 9 tokens: three blocks; the fourth held only positions 12+
+    assert len(bm.table("a")) == 3 and bm.table("b") == [0, 1]
+    assert bm.blocks[0].ref_count == 2 and bm.blocks[1].ref_count == 1
+    check_blocks(bm)
+    released = bm.free_queue
+    assert next(iter(released)) not in bm.table("a") + bm.table("b")  # at the front: taken next

@@ -31,6 +31,18 @@ def test_positions_slots_and_logit_rows_of_a_mixed_batch():
     assert batch.logits_indices.tolist() == [0, 3]  # the chunk that does not sample has none
 
 
+def test_a_chunk_with_guesses_needs_logits_at_each_guess_and_its_last_token():
+    chunks = [
+        Chunk([9], start=5, block_table=[3, 1], samples=True),
+        Chunk([4, 7, 8], start=6, block_table=[0, 4, 5], samples=True, num_guesses=2),
+        Chunk([5, 6], start=0, block_table=[2], samples=True),
+    ]
+    batch = PagedBatch(chunks, storage())
+    assert batch.positions(6).tolist() == [5, 6, 7, 8, 0, 1]
+    # the newest token's logits check guess 7, 7's check 8, and 8's draw the token after
+    assert batch.logits_indices.tolist() == [0, 1, 2, 3, 5]
+
+
 def test_attend_writes_keys_and_values_then_attends_causally_over_the_sequence():
     torch.manual_seed(0)
     kv = storage(num_blocks=4, block_size=2)

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from llmserve_ref.engine.block_invariants import check_blocks
 from llmserve_ref.engine.kv_block import blocks_for
 from llmserve_ref.engine.request import Request, RequestStatus
-from llmserve_ref.engine.scheduler import Scheduler, SchedulerOutput, SchedulerStats
+from llmserve_ref.engine.scheduler import Scheduler
 from llmserve_ref.engine.scheduler_config import SchedulerConfig
+from llmserve_ref.engine.scheduler_output import SchedulerOutput, SchedulerStats
 
 
 @dataclass
@@ -408,3 +409,40 @@ def test_invariants_hold_and_every_request_finishes_with_its_output_length(workl
             for _, _, r in sorted(zip(arrivals, range(len(requests)), requests, strict=True))
         ]
         assert first_admission == order
+
+
+def test_a_decoding_request_is_scheduled_its_guesses_as_budget_and_max_tokens_allow():
+    s = Scheduler(SchedulerConfig(token_budget=8, max_num_seqs=4, block_size=4, num_blocks=16))
+    a = Request("a", prompt_len=5, max_tokens=4, token_ids=[1, 2, 3, 4, 5])
+    s.add_request(a)
+    s.update_from_output(s.schedule(), {"a": 6})  # the prompt; one token out, three to go
+    a.spec_token_ids = [7, 8, 9, 10]
+    out = s.schedule()
+    # Three tokens may still come: the newest token and two guesses are checked.
+    assert out.num_scheduled_tokens == {"a": 3} and out.scheduled_spec_decode_tokens == {
+        "a": [7, 8]
+    }
+    assert a.spec_token_ids == [] and s.block_table(a) == [0, 1]  # slots for positions 5 to 7
+    s.update_from_output(out, {"a": 11}, {"a": [7]})  # 7 accepted, 8 rejected, 11 drawn
+    assert a.token_ids == [1, 2, 3, 4, 5, 6, 7, 11] and a.num_output_tokens == 3
+    assert a.num_computed_tokens == 7 and a.is_decoding  # position 7 is written again next
+    a.spec_token_ids = [12, 13]
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {"a": 1} and not out.scheduled_spec_decode_tokens
+
+
+def test_guesses_take_no_more_than_the_budget_left_and_rejected_ones_give_their_blocks_back():
+    s = Scheduler(SchedulerConfig(token_budget=4, max_num_seqs=4, block_size=2, num_blocks=16))
+    a = Request("a", prompt_len=2, max_tokens=20, token_ids=[1, 2])
+    s.add_request(a)
+    s.update_from_output(s.schedule(), {"a": 3})
+    a.spec_token_ids = [4, 5, 6, 7, 8]
+    out = s.schedule()
+    assert out.scheduled_spec_decode_tokens == {"a": [4, 5, 6]}  # 1 + 3 fill the budget of 4
+    assert len(s.block_table(a)) == 3  # positions 2 to 5 written: blocks of 0-1, 2-3, 4-5
+    with pytest.raises(ValueError, match="not a prefix of its guesses"):
+        s.update_from_output(out, {"a": 9}, {"a": [5]})
+    s.update_from_output(out, {"a": 9}, {"a": []})  # all rejected: the block of 4-5 goes back
+    assert a.token_ids == [1, 2, 3, 9] and a.num_computed_tokens == 3
+    assert len(s.block_table(a)) == 2 and s.num_free_blocks == 14
+    check_blocks(s.block_manager)

@@ -1,6 +1,7 @@
 """A soak: 32 clients stream at once for half a minute, some hanging up mid-stream, then
 the server must hold nothing for them (no KV block, no running or waiting sequence) and
-still answer."""
+still answer. Twice: on the default server, and on one that speculates (prompt lookup)
+with a KV cache so small that requests are preempted, guesses and all."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ import pytest
 from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmserve_ref.serving.launcher import RunningServer
+from llmserve_ref.engine.batched_engine import BatchedEngine
+from llmserve_ref.engine.engine_config import EngineConfig
+from llmserve_ref.engine.speculative_config import SpeculativeConfig
+from llmserve_ref.serving.launcher import RunningServer, serve_in_thread
 
 SEED = 0
 CLIENTS = 32
@@ -30,8 +34,14 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:Exception ignored in. <async_generator object Response.aiter_raw"
     ":pytest.PytestUnraisableExceptionWarning"
 )
+# The speculating soak's KV cache: 64 blocks of 16 tokens, a third of what 32 clients
+# would hold at once (the tiny model keeps 2 KiB of keys and values per token).
+KV_BYTES = 64 * 16 * 2048
 HANG_UP = 0.3  # the share of requests whose client disconnects before the end
-PROMPTS = ["Once upon a time,", "The cat", "Tell me about the sea.", "One day, Ava found"]
+PROMPTS = [
+    "Once upon a time,", "The cat", "Tell me about the sea.", "One day, Ava found",
+    "Ben had a red ball. Ben had a red ball. Ben had a red",  # prompt lookup guesses here
+]  # fmt: skip
 
 
 @dataclass
@@ -111,6 +121,26 @@ def gauges(server: RunningServer) -> dict[str, float]:
 
 
 def test_soak_leaves_no_sequence_and_no_kv_block_behind(server: RunningServer):
+    soak_and_check(server)
+
+
+def test_a_speculating_preempting_soak_leaves_nothing_behind_either():
+    """Cancelled and preempted requests with guesses in flight: their blocks, the guesses'
+    included, all come back."""
+    guess = SpeculativeConfig("ngram", 4, prompt_lookup_min=1, prompt_lookup_max=3)
+    config = EngineConfig(speculative_config=guess, kv_cache_memory_bytes=KV_BYTES)
+    engine = BatchedEngine.load(config=config)
+    try:
+        with serve_in_thread("tiny", engine=engine) as server:
+            soak_and_check(server)
+            stats = engine.stats()
+            print(f"speculating: {stats.spec_decoding}, {stats.preemptions} preemptions")
+            assert stats.preemptions > 0 and stats.spec_decoding.num_accepted_tokens > 0
+    finally:
+        engine.close()
+
+
+def soak_and_check(server: RunningServer) -> None:
     engine, metrics = server.engine, server.metrics
     generated = metrics.generation_tokens.value()
     cancelled = metrics.success.value(finished_reason="abort")

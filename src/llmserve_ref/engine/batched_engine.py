@@ -114,6 +114,7 @@ class BatchedEngine:
             "kv_cache_max_concurrency": kv_tokens / self.max_model_len,  # full-length requests
         }
         self.vocab_size = model_config.vocab_size
+        self.speculative_config = config.speculative_config
         self.scheduler_config = config.scheduler_config(self.num_blocks)
         device = str(model.device if model is not None else device or get_device())
         spec = CoreSpec(
@@ -123,6 +124,7 @@ class BatchedEngine:
             self.max_model_len,
             frozenset(tokenizer.backend.get_added_tokens_decoder()),  # <|eos|>, the markers
             num_threads,
+            config.speculative_config,
         )
         self.processor = OutputProcessor(tokenizer)
         self._outgoing: list[EngineRequest] = []  # submitted in this turn of the event loop

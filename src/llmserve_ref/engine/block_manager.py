@@ -56,6 +56,7 @@ from llmserve_ref.engine.kv_block import (
     BlockKey,
     HashFunction,
     blocks_for,
+    full_blocks,
     sha256_block_hash,
 )
 
@@ -160,14 +161,6 @@ class BlockManager:
     # --8<-- [end:pool]
 
     # --8<-- [start:prefix]
-    def full_blocks(self, token_ids: Sequence[int], first: int = 0) -> list[tuple[int, ...]]:
-        """The token ids of each full block of `token_ids`, from block `first` on."""
-        size = self.block_size
-        return [
-            tuple(token_ids[i * size : (i + 1) * size])
-            for i in range(first, len(token_ids) // size)
-        ]
-
     def _find(self, block_hash: BlockHash, key: BlockKey) -> Block | None:
         """The cached block whose key is `key`: the hash only says where to look."""
         return next((b for b in self.cached.get(block_hash, ()) if b.key == key), None)
@@ -182,7 +175,7 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return hits
         parent_hash, parent_entry = None, None
-        for i, tokens in enumerate(self.full_blocks(token_ids)):
+        for i, tokens in enumerate(full_blocks(token_ids, self.block_size)):
             block_salt = salt if i == 0 else None
             block_hash = self.hash_function(parent_hash, tokens, block_salt)
             block = self._find(block_hash, (parent_entry, tokens, block_salt))
@@ -341,7 +334,7 @@ class BlockManager:
         if full <= len(prefix):
             return
         parent_hash, parent_entry = prefix[-1] if prefix else (None, None)
-        blocks = self.full_blocks(token_ids[: full * self.block_size], len(prefix))
+        blocks = full_blocks(token_ids[: full * self.block_size], self.block_size, len(prefix))
         pairs = zip(table[len(prefix) : full], blocks, strict=True)
         for i, (block, tokens) in enumerate(pairs, start=len(prefix)):
             block_salt = salt if i == 0 else None
@@ -383,11 +376,18 @@ class BlockManager:
         Freed in reverse, the blocks at the end of a sequence are evicted before
         its beginning, which is the part other requests are likeliest to share.
         """
-        table = self._table(seq_id)
+        self.truncate(seq_id, 0)
         del self.tables[seq_id], self.prefixes[seq_id]
-        self._cancel_copies(table)
-        for block in reversed(table):
+
+    def truncate(self, seq_id: str, num_tokens: int) -> None:
+        """Let go of `seq_id`'s blocks past its first `num_tokens` tokens, the last first
+        (speculative decoding's rollback: a block that held only rejected guesses goes back)."""
+        table = self._table(seq_id)
+        keep = blocks_for(num_tokens, self.block_size)
+        self._cancel_copies(table[keep:])
+        for block in reversed(table[keep:]):
             self._release(block)
+        del table[keep:]
 
     def _cancel_copies(self, table: list[Block]) -> None:
         """Drop the pending copies into blocks of a table being freed: once free, a

@@ -55,6 +55,7 @@ import torch
 from llmserve_ref.engine.engine_core import EngineCore
 from llmserve_ref.engine.interface import EngineRequest, EngineStats, TokenOutput
 from llmserve_ref.engine.scheduler_config import SchedulerConfig
+from llmserve_ref.engine.speculative_config import SpeculativeConfig
 from llmserve_ref.model.llama import Llama
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class CoreSpec:
     max_model_len: int
     stop_token_ids: Collection[int] = ()
     num_threads: int | None = None  # torch's threads in a core process (default: cores - 1)
+    speculative: SpeculativeConfig | None = None  # guesses checked each step, if any
 
 
 # To the core.
@@ -137,7 +139,12 @@ def run_core(spec: CoreSpec, inbox: Connection, outbox: Connection, model: Llama
         model = Llama.from_pretrained(spec.model_dir, spec.device)
     elif spec.num_threads:
         torch.set_num_threads(spec.num_threads)
-    core = EngineCore(model, spec.scheduler, spec.max_model_len, spec.stop_token_ids)
+    guess = spec.speculative
+    core = EngineCore(
+        model, spec.scheduler, spec.max_model_len, spec.stop_token_ids,
+        proposer=guess.proposer(spec.max_model_len) if guess else None,
+        max_guesses=guess.num_guesses if guess else None,
+    )  # fmt: skip
     outbox.send(Ready(core.stats()))
     with torch.inference_mode():
         while True:

@@ -2,7 +2,8 @@
 
 ``llmserve-ref serve`` takes each as the flag of the same name (``--max-num-seqs``,
 ``--max-num-batched-tokens``, ``--block-size``, ``--[no-]enable-prefix-caching``,
-``--max-model-len``, ``--kv-cache-memory-bytes``), and shows these defaults in its
+``--max-model-len``, ``--kv-cache-memory-bytes``, ``--speculative-config``), and shows
+these defaults in its
 ``--help``. The batched engine turns them into its scheduler's settings once it knows
 how many KV blocks its memory holds.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmserve_ref.engine.scheduler_config import SchedulerConfig
+from llmserve_ref.engine.speculative_config import SpeculativeConfig
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True  # on by default, as in vLLM V1
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     kv_cache_memory_bytes: int = 64 * 2**20  # KV memory; vLLM's CPU backend: VLLM_CPU_KVCACHE_SPACE
+    speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding
 
     def scheduler_config(self, num_blocks: int) -> SchedulerConfig:
         return SchedulerConfig(

@@ -10,6 +10,11 @@ A step is four moves, vLLM's loop in miniature:
    sampling parameters and its own seeded generator;
 4. the scheduler advances, and the core reports each new token.
 
+With a proposer (speculative decoding, `llmserve_ref.engine.speculative_config`), a
+step first guesses each decoding sequence's next tokens, and the forward pass scores
+its newest token and the guesses together, like a short prompt chunk; `sample_tokens`
+accepts the guesses the sequence would have drawn anyway, and the rest roll back.
+
 Requests (`EngineRequest`) carry token ids in, and `TokenOutput` token ids come out;
 text, stop strings and streams belong to the output processor of the threaded
 `llmserve_ref.engine.batched_engine.BatchedEngine` that serves HTTP with this core.
@@ -31,19 +36,28 @@ text, stop strings and streams belong to the output processor of the threaded
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from llmserve_ref.engine.block_manager import BlockManager
-from llmserve_ref.engine.interface import EngineRequest, EngineStats, FinishReason, TokenOutput
+from llmserve_ref.engine.interface import (
+    EngineRequest,
+    EngineStats,
+    FinishReason,
+    SpecDecodingStats,
+    TokenOutput,
+)
 from llmserve_ref.engine.model_runner import ModelRunner
 from llmserve_ref.engine.paged_batch import Chunk
 from llmserve_ref.engine.request import Request, RequestStatus
 from llmserve_ref.engine.scheduler import Scheduler
 from llmserve_ref.engine.scheduler_config import SchedulerConfig
+from llmserve_ref.engine.speculative_config import Proposer
 from llmserve_ref.model.generate import check_prompt
 from llmserve_ref.model.llama import Llama
 from llmserve_ref.model.sampling import (
@@ -81,7 +95,11 @@ class EngineCore:
         max_model_len: int | None = None,
         stop_token_ids: Collection[int] = (),
         block_manager: BlockManager | None = None,
+        proposer: Proposer | None = None,
+        max_guesses: Callable[[int], int] | None = None,
     ) -> None:
+        """`proposer`, if given, guesses each decoding sequence's next tokens every step: at
+        most ``max_guesses(batch size)`` of them, the batch size being the last step's."""
         self.max_model_len = max_model_len or model.config.max_position_embeddings
         self.scheduler = Scheduler(config, self.max_model_len, block_manager)
         self.runner = ModelRunner(model, config.num_blocks, config.block_size)
@@ -90,6 +108,8 @@ class EngineCore:
         self.sequences: dict[str, CoreRequest] = {}
         self.num_steps = 0
         self.num_scheduled_tokens = 0
+        self.proposer, self.max_guesses, self.batch_size = proposer, max_guesses, 0
+        self.spec_decoding = SpecDecodingStats()
 
     def add_request(self, request: EngineRequest) -> None:
         """Queue `request`. Its `fork_of` may name an earlier request with the same prompt
@@ -168,69 +188,136 @@ class EngineCore:
             preemptions=s.num_preemptions,
             steps=self.num_steps,
             scheduled_tokens=self.num_scheduled_tokens,
+            spec_decoding=dataclasses.replace(self.spec_decoding),  # a copy: it goes on
         )
 
     def step(self) -> list[TokenOutput]:
-        """Schedule, run the model once over every scheduled token, sample, advance."""
+        """Guess, schedule, run the model once over every scheduled token, sample (checking
+        the guesses), advance."""
+        if self.proposer is not None:
+            self._propose()
         out = self.scheduler.schedule()
+        self.batch_size = len(out.num_scheduled_tokens)
         if not out.num_scheduled_tokens:
             return []
-        chunks, sampling, now = [], [], time.monotonic()
+        chunks, sampling, guesses, now = [], [], [], time.monotonic()
         for request_id, n in sorted(out.num_scheduled_tokens.items(), key=lambda kv: kv[1] > 1):
             request = out.scheduled[request_id]  # decode chunks (one token) first
             start = request.num_computed_tokens
-            samples = start + n == request.num_tokens
+            seq_guesses = out.scheduled_spec_decode_tokens.get(request_id, [])
+            end = start + n - len(seq_guesses)  # the guesses come after the sequence's tokens
+            samples = end == request.num_tokens
             table = out.block_table(request_id)
             seq = self.sequences[request_id]
             seq.scheduled_at = seq.scheduled_at or now
-            chunks.append(Chunk(seq.token_ids[start : start + n], start, table, samples))
+            tokens = (
+                seq.token_ids[start:end] + seq_guesses if seq_guesses else seq.token_ids[start:end]
+            )
+            chunks.append(Chunk(tokens, start, table, samples, len(seq_guesses)))
             if samples:
                 sampling.append(seq)
+                guesses.append(seq_guesses)
         logits = self.runner.forward(chunks, out.blocks_to_copy)
-        tokens = self.sample(logits, sampling)
-        logprobs = self.logprobs(logits, sampling, tokens)
+        # Row `firsts[i]` of `logits` is sequence i's first position that samples.
+        firsts = list(itertools.accumulate((1 + len(g) for g in guesses), initial=0))
+        emitted = self.sample_tokens(logits, sampling, guesses, firsts)
+        for seq_guesses, tokens in zip(guesses, emitted, strict=True):
+            if seq_guesses:
+                self.spec_decoding.observe(seq_guesses, tokens)
         self.num_steps += 1
         self.num_scheduled_tokens += out.total_num_scheduled_tokens
-        sampled = {s.request_id: t for s, t in zip(sampling, tokens, strict=True)}
-        self.scheduler.update_from_output(out, sampled)
+        ids = [s.request_id for s in sampling]
+        sampled = {i: e[-1] for i, e in zip(ids, emitted, strict=True)}
+        accepted = {i: e[:-1] for i, e in zip(ids, emitted, strict=True) if len(e) > 1}
+        self.scheduler.update_from_output(out, sampled, accepted)
+        # Every emitted token's logprobs at once, from the row it was drawn from.
+        rows = [f + j for f, e in zip(firsts, emitted, strict=False) for j in range(len(e))]
+        owners = [s for s, e in zip(sampling, emitted, strict=True) for _ in e]
+        logprobs = iter(self.logprobs(logits, rows, owners, [t for e in emitted for t in e]))
         outputs = []
-        for seq, token, row, lp in zip(sampling, tokens, logits, logprobs, strict=True):
-            for fork in self._forks(seq, row):
+        for seq, tokens, first in zip(sampling, emitted, firsts, strict=False):
+            for fork in self._forks(seq, logits[first]):
                 fork_token = fork.token_ids[-1]
-                fork_lp = self.logprobs(row[None], [fork], [fork_token])[0]
-                outputs.append(self._finish_check(fork, fork_token, fork_lp))
-            outputs.append(self._finish_check(seq, token, lp))
+                fork_lp = self.logprobs(logits, [first], [fork], [fork_token])[0]
+                outputs.extend(self._outputs(fork, [fork_token], [fork_lp]))
+            outputs.extend(
+                self._outputs(seq, tokens, list(itertools.islice(logprobs, len(tokens))))
+            )
         return outputs
 
-    def sample(self, logits: torch.Tensor, sequences: list[CoreRequest]) -> list[int]:
-        """One token per row of `logits`: every greedy row in one argmax, the rest one by one."""
-        tokens = [0] * len(sequences)
-        plain = [i for i, s in enumerate(sequences) if _is_plain_greedy(s.params)]
-        if plain:
-            for i, token in zip(plain, logits[plain].argmax(dim=-1).tolist(), strict=True):
-                tokens[i] = token
-        for i in set(range(len(sequences))) - set(plain):
-            tokens[i] = self._pick(sequences[i], logits[i : i + 1])
-        return tokens
+    def _propose(self) -> None:
+        """Guesses for each decoding sequence that may emit more than one token more."""
+        assert self.proposer is not None
+        k = self.max_guesses(self.batch_size) if self.max_guesses else None
+        if k == 0:
+            return  # no guessing at this batch size
+        for request in self.scheduler.running:  # (the engine's requests carry token ids)
+            if request.is_decoding and request.max_tokens - request.num_output_tokens > 1:
+                request.spec_token_ids = self.proposer.propose(request.token_ids or [])[:k]
 
-    def _pick(self, seq: CoreRequest, logits: torch.Tensor) -> int:
+    # --8<-- [start:verify]
+    def sample_tokens(
+        self,
+        logits: torch.Tensor,
+        sequences: list[CoreRequest],
+        guesses: list[list[int]],
+        firsts: list[int],
+    ) -> list[list[int]]:
+        """Each sequence's new tokens: its accepted guesses, then one it drew itself.
+
+        Sequence i's rows of `logits` start at ``firsts[i]``, one per guess and one more.
+        At each guess's position the sequence draws as it would without guesses (greedy
+        rows all in one argmax, the others one by one with the same generator and the
+        output so far, accepted guesses included). A draw equal to the guess accepts it
+        and the next position is checked; the first that differs is emitted instead,
+        and the rest is rolled back. This is `llmserve_ref.engine.speculative.verify`'s
+        rule for a guess made with certainty: with q one-hot at the guess x, "accept if
+        u < p(x) / q(x)" accepts with probability p(x), and a rejection draws from p
+        without x, which is what a draw from p that is not x is. So the tokens are those
+        of decoding one at a time, seeded or greedy, only sooner. A stop token ends the list.
+        """
+        plain = [_is_plain_greedy(s.params) for s in sequences]
+        rows = [r for i, p in enumerate(plain) if p for r in range(firsts[i], firsts[i + 1])]
+        best = dict(zip(rows, logits[rows].argmax(dim=-1).tolist(), strict=True)) if rows else {}
+        emitted = []
+        for i, (seq, seq_guesses) in enumerate(zip(sequences, guesses, strict=True)):
+            tokens: list[int] = []
+            for j, row in enumerate(range(firsts[i], firsts[i + 1])):
+                token = best[row] if plain[i] else self._pick(seq, logits[row : row + 1], tokens)
+                tokens.append(token)
+                if j == len(seq_guesses) or token != seq_guesses[j] or token in seq.stop_token_ids:
+                    break  # the draw differs from the guess: emit it, roll back the rest
+            emitted.append(tokens)
+        return emitted
+
+    # --8<-- [end:verify]
+
+    def _pick(self, seq: CoreRequest, logits: torch.Tensor, emitted: Sequence[int] = ()) -> int:
         ids, n = seq.token_ids, seq.request.prompt_len
-        return next_token(logits, seq.params, ids[:n], ids[n:], seq.generator, seq.stop_token_ids)
+        outputs = ids[n:] + list(emitted) if emitted else ids[n:]
+        return next_token(logits, seq.params, ids[:n], outputs, seq.generator, seq.stop_token_ids)
 
     def logprobs(
-        self, logits: torch.Tensor, sequences: list[CoreRequest], tokens: list[int]
+        self,
+        logits: torch.Tensor,
+        rows: list[int],
+        sequences: list[CoreRequest],
+        tokens: list[int],
     ) -> list[TokenLogprobs | None]:
-        """Each row's logprobs if its request asked; only those rows are gathered, so a
-        step in which nobody asked costs nothing more."""
+        """The logprobs of each token (drawn from row ``rows[i]`` of `logits`) if its
+        request asked; only those rows are gathered, so a step in which nobody asked
+        costs nothing more."""
         asked = {
             i: s.params.logprobs for i, s in enumerate(sequences) if s.params.logprobs is not None
         }
         found: list[TokenLogprobs | None] = [None] * len(sequences)
         if asked:
-            rows = token_logprobs(
-                logits[list(asked)], [tokens[i] for i in asked], list(asked.values())
+            found_rows = token_logprobs(
+                logits[[rows[i] for i in asked]],
+                [tokens[i] for i in asked],
+                list(asked.values()),
             )
-            for i, row in zip(asked, rows, strict=True):
+            for i, row in zip(asked, found_rows, strict=True):
                 found[i] = row
         return found
 
@@ -249,24 +336,29 @@ class EngineCore:
         seq.request.n = 1
         return forks
 
-    def _finish_check(
-        self, seq: CoreRequest, token: int, logprobs: TokenLogprobs | None
-    ) -> TokenOutput:
+    def _outputs(
+        self, seq: CoreRequest, tokens: list[int], logprobs: list[TokenLogprobs | None]
+    ) -> list[TokenOutput]:
+        """The step's new tokens of `seq`, the last one saying why it ended, if it did."""
         request, reason = seq.request, None
         if request.status is RequestStatus.FINISHED:  # max_tokens reached
             reason = FinishReason.LENGTH
-        elif token in seq.stop_token_ids:
+        elif tokens[-1] in seq.stop_token_ids:
             self.scheduler.finish(request)
             reason = FinishReason.STOP
         if reason is not None:
             self.sequences.pop(seq.request_id, None)
-        first = request.num_output_tokens == 1
-        return TokenOutput(
-            seq.request_id, token, reason, logprobs,
-            num_cached_tokens=request.num_cached_tokens if first else None,
-            scheduled_at=seq.scheduled_at if first else None,
-            num_preemptions=request.num_preemptions if reason is not None else 0,
-        )  # fmt: skip
+        before = request.num_output_tokens - len(tokens)  # tokens emitted in earlier steps
+        last = len(tokens) - 1
+        return [
+            TokenOutput(
+                seq.request_id, token, reason if i == last else None, lp,
+                num_cached_tokens=request.num_cached_tokens if before + i == 0 else None,
+                scheduled_at=seq.scheduled_at if before + i == 0 else None,
+                num_preemptions=request.num_preemptions if i == last and reason else 0,
+            )
+            for i, (token, lp) in enumerate(zip(tokens, logprobs, strict=True))
+        ]  # fmt: skip
 
 
 def _is_plain_greedy(params: SamplingParams) -> bool:

@@ -32,11 +32,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import itertools
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from llmserve_ref.engine.speculative_config import SpeculativeConfig
 from llmserve_ref.model.sampling import SamplingParams, TokenLogprobs
 from llmserve_ref.model.tokenizer import Tokenizer
 
@@ -185,6 +187,31 @@ async def merge(streams: Sequence[RequestStream]) -> AsyncIterator[tuple[int, To
             task.cancel()
 
 
+@dataclass
+class SpecDecodingStats:
+    """Speculative decoding's counts, with vLLM's names: a draft is one sequence's guesses
+    checked in one step, and its accepted tokens the leading guesses the step kept."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_accepted_tokens_per_pos: tuple[int, ...] = ()  # by guess position, from 0
+
+    def observe(self, guesses: Sequence[int], emitted: Sequence[int]) -> None:
+        """Count one draft: its `guesses`, and the tokens its sequence emitted in the step."""
+        # (not len(emitted) - 1: a stop token may end `emitted` on an accepted guess)
+        pairs = zip(guesses, emitted, strict=False)
+        accepted = sum(1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1], pairs))
+        self.num_drafts += 1
+        self.num_draft_tokens += len(guesses)
+        self.num_accepted_tokens += accepted
+        per_pos = list(self.num_accepted_tokens_per_pos)
+        per_pos += [0] * (len(guesses) - len(per_pos))
+        self.num_accepted_tokens_per_pos = tuple(
+            n + (position < accepted) for position, n in enumerate(per_pos)
+        )
+
+
 @dataclass(frozen=True)
 class EngineStats:
     """What an engine reports to `/metrics`: its load now, and totals since it started."""
@@ -200,6 +227,7 @@ class EngineStats:
     steps: int = 0  # forward passes
     scheduled_tokens: int = 0  # tokens computed by those passes
     step_tokens: Mapping[int, int] = field(default_factory=dict)  # steps, by their tokens
+    spec_decoding: SpecDecodingStats = field(default_factory=lambda: SpecDecodingStats())
 
 
 class Engine(Protocol):
@@ -207,6 +235,7 @@ class Engine(Protocol):
 
     tokenizer: Tokenizer
     max_model_len: int
+    speculative_config: SpeculativeConfig | None  # how it guesses tokens; None: it does not
 
     @property
     def cache_config(self) -> Mapping[str, object]:

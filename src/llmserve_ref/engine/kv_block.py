@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 # A block's prefix-cache key: the cache entry of the block before it (None for the first
@@ -74,3 +74,11 @@ NONE_HASH = hashlib.sha256(os.environ.get("PYTHONHASHSEED", "llmserve-none-hash"
 def blocks_for(num_tokens: int, block_size: int) -> int:
     """Blocks that hold `num_tokens` tokens (the last one may be partly empty)."""
     return -(-num_tokens // block_size)
+
+
+def full_blocks(token_ids: Sequence[int], block_size: int, first: int = 0) -> list[tuple[int, ...]]:
+    """The token ids of each full block of `token_ids`, from block `first` on."""
+    return [
+        tuple(token_ids[i * block_size : (i + 1) * block_size])
+        for i in range(first, len(token_ids) // block_size)
+    ]

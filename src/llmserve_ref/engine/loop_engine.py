@@ -49,6 +49,7 @@ from llmserve_ref.engine.interface import (
     deliver,
 )
 from llmserve_ref.engine.output_processor import OutputProcessor
+from llmserve_ref.engine.speculative_config import SpeculativeConfig
 from llmserve_ref.model.generate import check_prompt
 from llmserve_ref.model.kv_cache import KVCache
 from llmserve_ref.model.llama import Llama
@@ -78,6 +79,7 @@ class LoopEngine:
         self.tokenizer = tokenizer
         self.max_model_len = model.config.max_position_embeddings
         self.cache_config = {"enable_prefix_caching": False}  # one contiguous cache each
+        self.speculative_config: SpeculativeConfig | None = None  # it never guesses
         self.max_running = max_running
         self.steps = 0  # forward passes run, over all sequences
         self.scheduled_tokens = 0  # tokens those passes computed

@@ -6,7 +6,8 @@ tokens into one `PagedBatch` (`llmserve_ref.engine.paged_batch`), and runs the
 unchanged model over it once.
 
 Only the tokens that sample need logits: the last token of a sequence whose
-chunk reaches its end. The others only fill the cache.
+chunk reaches its end, and, for a sequence checking guesses (speculative
+decoding), each guess's position too. The others only fill the cache.
 
 >>> import torch
 >>> from llmserve_ref.model.llama import Llama
@@ -57,7 +58,8 @@ class ModelRunner:
     def forward(
         self, chunks: Sequence[Chunk], blocks_to_copy: Sequence[tuple[int, int]] = ()
     ) -> torch.Tensor:
-        """Logits ``[num_sampling, vocab]`` (float32) for the chunks whose last token samples.
+        """Logits ``[num_rows, vocab]`` (float32): for each chunk whose last token samples,
+        in order, one row per guess and one for its last token.
 
         `chunks` must put decode tokens first. The copy-on-write copies the block
         manager asked for are made before anything is written.

@@ -25,6 +25,7 @@ on CUDA), prompt chunks one sequence at a time (`paged_attention`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -42,6 +43,7 @@ class Chunk:
     start: int  # the position of token_ids[0] (the tokens already in the cache)
     block_table: Sequence[int]
     samples: bool  # the last token's logits pick the next token
+    num_guesses: int = 0  # speculative decoding: the last tokens are guesses; each needs logits
 
     @property
     def is_decode(self) -> bool:
@@ -89,8 +91,17 @@ class PagedBatch:
         self.seq_lens = starts + lengths  # keys each sequence has once this step writes
         self.block_tables = tables
         self.query_start = torch.cat((first, lengths.sum().view(1)))
-        last = first + lengths - 1
-        self.logits_indices = last[torch.tensor([c.samples for c in chunks], device=device)]
+        # The rows that need logits: each sampling chunk's last token, and before it one
+        # row per guess (the logits at a guess's position check the guess after it).
+        rows = [
+            i
+            for c, end in zip(
+                chunks, itertools.accumulate(len(c.token_ids) for c in chunks), strict=True
+            )
+            if c.samples
+            for i in range(end - 1 - c.num_guesses, end)
+        ]
+        self.logits_indices = torch.tensor(rows, dtype=torch.long, device=device)
 
     def positions(self, num_tokens: int) -> torch.Tensor:
         return self._positions

@@ -13,7 +13,7 @@ requests and the engine's are the same objects; the engine's also carry token id
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class RequestStatus(enum.Enum):
@@ -34,7 +34,9 @@ class Request:
     `num_tokens` samples a new token.
 
     A real engine passes `token_ids` (the prompt; sampled tokens are appended),
-    which lets the prefix cache share blocks, salted per tenant by `cache_salt`.
+    which lets the prefix cache share blocks, salted per tenant by `cache_salt`,
+    and may set `spec_token_ids`, guesses at its next tokens (speculative
+    decoding), which a decode step then checks beside its newest token.
     A simulated request has no token ids and shares nothing. `n` is the number
     of sequences it becomes once its prompt is computed (OpenAI's ``n``): they
     share the prompt's blocks, and each takes a seat from admission on.
@@ -53,6 +55,7 @@ class Request:
     num_cached_tokens: int = -1  # prompt tokens found cached when first admitted (vLLM's name)
     num_skips: int = 0  # times a later request was admitted ahead of it
     reserved: bool = False  # a static batch's member: blocks held for its whole length
+    spec_token_ids: list[int] = field(default_factory=list)  # guesses for the next decode step
 
     @property
     def num_tokens(self) -> int:

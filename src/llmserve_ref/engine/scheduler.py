@@ -22,6 +22,11 @@ the victim is always the latest arrival, and the oldest running request always
 progresses: it is never preempted, since its whole length fits in the pool
 (`SchedulerConfig.check_fits`).
 
+A decoding request may carry guesses at its next tokens (`Request.spec_token_ids`,
+speculative decoding): it is then scheduled its newest token and the guesses that
+fit the budget and its `max_tokens`, all written to the cache in one step, and
+`update_from_output` takes back the slots of the guesses the model rejected.
+
 The scheduler counts tokens and never sees a model, so the same code drives the
 simulator (`llmserve_ref.planning.simulator`) and a real engine: call
 `schedule()`, run the model on the scheduled tokens, call `update_from_output()`.
@@ -42,74 +47,13 @@ simulator (`llmserve_ref.planning.simulator`) and a real engine: call
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 
 from llmserve_ref.engine.block_manager import BlockManager
 from llmserve_ref.engine.kv_block import blocks_for
 from llmserve_ref.engine.request import Request, RequestStatus
 from llmserve_ref.engine.scheduler_config import SchedulerConfig
-
-
-def pairs(num_tokens: int, num_cached: int) -> int:
-    """(query, key) pairs `num_tokens` new tokens score after `num_cached` cached ones, causally.
-
-    >>> pairs(1, 99), pairs(4, 0)  # a decode token; a 4-token prompt
-    (100, 10)
-    """
-    return num_tokens * num_cached + num_tokens * (num_tokens + 1) // 2
-
-
-@dataclass
-class SchedulerOutput:
-    """What one step runs: tokens per request id, and who was preempted to make room.
-
-    With the token count, the two sums a step-time model needs (as
-    `llmserve_ref.planning.roofline.StepCost.step_time` takes them): `kv_tokens_read`, the
-    cached tokens the scheduled requests attend to, and `attention_pairs`, the
-    (query, key) pairs their causal attention scores.
-    """
-
-    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
-    preempted: list[str] = field(default_factory=list)
-    total_num_scheduled_tokens: int = 0
-    kv_tokens_read: int = 0
-    attention_pairs: int = 0
-    scheduled: dict[str, Request] = field(default_factory=dict, repr=False)
-    # Copy-on-write: (source, destination) blocks the engine copies before the forward pass.
-    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
-    # The block table of a scheduled request, by id, read when the engine asks (the
-    # simulator never does, so building every table every step would cost it for nothing).
-    block_table: Callable[[str], list[int]] = field(default=lambda request_id: [], repr=False)
-
-    def add(self, request: Request, num_tokens: int) -> None:
-        self.scheduled[request.request_id] = request
-        self.num_scheduled_tokens[request.request_id] = num_tokens
-        self.total_num_scheduled_tokens += num_tokens
-        self.kv_tokens_read += request.num_computed_tokens
-        self.attention_pairs += pairs(num_tokens, request.num_computed_tokens)
-
-    def remove(self, request: Request) -> None:
-        # equivalent mutants: 0 and None are both falsy and num_tokens is read only when truthy
-        num_tokens = self.num_scheduled_tokens.pop(request.request_id, 0)  # pragma: no mutate
-        if num_tokens:
-            del self.scheduled[request.request_id]
-            self.total_num_scheduled_tokens -= num_tokens
-            self.kv_tokens_read -= request.num_computed_tokens
-            self.attention_pairs -= pairs(num_tokens, request.num_computed_tokens)
-
-
-@dataclass(frozen=True)
-class SchedulerStats:
-    """The scheduler's load now and its totals, with vLLM's names: what `/metrics` shows."""
-
-    num_running_reqs: int
-    num_waiting_reqs: int
-    num_preemptions: int
-    kv_blocks_used: int  # held by requests (cached blocks no request holds are free)
-    kv_blocks_total: int
-    prefix_cache_queries: int  # prompt tokens looked up in the prefix cache
-    prefix_cache_hits: int  # ... and found there
+from llmserve_ref.engine.scheduler_output import SchedulerOutput, SchedulerStats
 
 
 class Scheduler:
@@ -192,8 +136,19 @@ class Scheduler:
                 continue
             if self._budget_left(out) == 0:
                 return
-            if self._grow(request, out):
-                out.add(request, 1)
+            guesses = self._guesses(request, out)
+            if self._grow(request, out, 1 + len(guesses)):
+                out.add(request, 1 + len(guesses))
+                if guesses:
+                    out.scheduled_spec_decode_tokens[request.request_id] = guesses
+
+    def _guesses(self, request: Request, out: SchedulerOutput) -> list[int]:
+        """The request's guesses that this step checks: as many as the budget has room for
+        beside its newest token, and fewer than the tokens it may still generate (a step
+        emits the accepted guesses and one token more)."""
+        guesses, request.spec_token_ids = request.spec_token_ids, []
+        room = min(self._budget_left(out) - 1, request.max_tokens - request.num_output_tokens - 1)
+        return guesses[: max(room, 0)]
 
     def _schedule_prefills(self, out: SchedulerOutput) -> None:
         for request in self.running:
@@ -268,17 +223,16 @@ class Scheduler:
     # --8<-- [end:admit]
 
     # --8<-- [start:preempt]
-    def _grow(self, request: Request, out: SchedulerOutput) -> bool:
-        """Give a decoding request room for its next token, preempting if no block is free.
+    def _grow(self, request: Request, out: SchedulerOutput, num_new_tokens: int = 1) -> bool:
+        """Give a decoding request room for its next tokens, preempting if no block is free.
 
         The victim is the newest running request that holds no reservation,
         possibly `request` itself, so the oldest running request is never
         preempted and always makes progress. Returns whether `request` still runs.
         """
         blocks = self.block_manager
-        while not blocks.append_slots(
-            request.request_id, request.num_computed_tokens, request.num_tokens
-        ):
+        computed = request.num_computed_tokens
+        while not blocks.append_slots(request.request_id, computed, computed + num_new_tokens):
             victim = next((r for r in reversed(self.running) if not r.reserved), None)
             if victim is None:
                 raise RuntimeError(f"no running request can be preempted for {request!r}")
@@ -303,7 +257,10 @@ class Scheduler:
 
     # --8<-- [start:update]
     def update_from_output(
-        self, out: SchedulerOutput, sampled_token_ids: Mapping[str, int] | None = None
+        self,
+        out: SchedulerOutput,
+        sampled_token_ids: Mapping[str, int] | None = None,
+        accepted_token_ids: Mapping[str, Sequence[int]] | None = None,
     ) -> list[Request]:
         """Advance the scheduled requests after the forward pass; return those that sampled.
 
@@ -311,13 +268,30 @@ class Scheduler:
         `sampled_token_ids`, for requests that carry token ids); one that reaches
         `max_tokens` finishes and frees its blocks. Its full blocks enter the prefix
         cache as soon as they are computed.
+
+        A speculating request's step emits the leading guesses the model accepted
+        (`accepted_token_ids`), then its sampled token. The rejected guesses are rolled
+        back: they do not count as computed (their slots are written again next step),
+        the blocks that held only them are freed, and so none of them can reach the
+        prefix cache, which takes computed tokens only.
         """
         self.block_manager.copies_done()
         sampled = []
         finished = False
         for request_id, num_tokens in out.num_scheduled_tokens.items():
             request = out.scheduled[request_id]
-            request.num_computed_tokens += num_tokens
+            guesses = out.scheduled_spec_decode_tokens.get(request_id, [])
+            accepted = list(accepted_token_ids.get(request_id, ())) if accepted_token_ids else []
+            if accepted and accepted != guesses[: len(accepted)]:
+                raise ValueError(
+                    f"request {request_id!r}: accepted tokens {accepted} are not "
+                    f"a prefix of its guesses {guesses}"
+                )
+            request.num_computed_tokens += num_tokens - (len(guesses) - len(accepted))
+            request.num_output_tokens += len(accepted)
+            if accepted:
+                assert request.token_ids is not None, "only requests with token ids guess"
+                request.token_ids.extend(accepted)
             if request.token_ids is not None:
                 self.block_manager.cache_full_blocks(
                     request_id, request.token_ids, request.num_computed_tokens, request.cache_salt
@@ -332,6 +306,9 @@ class Scheduler:
                     request.status = RequestStatus.FINISHED
                     self.block_manager.free(request_id)
                     finished = True
+                    continue
+            if len(accepted) < len(guesses) and not request.reserved:
+                self.block_manager.truncate(request_id, request.num_tokens)
         if finished:
             self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
         return sampled

@@ -25,6 +25,7 @@ engines session checks every vLLM series against ours (or names why it does not 
 >>> class Idle:  # an engine with nothing to do
 ...     max_model_len = 256
 ...     cache_config = {"block_size": 16}
+...     speculative_config = None  # it does not guess
 ...     def stats(self):
 ...         return EngineStats(running=0, waiting=0, kv_cache_bytes=0, kv_blocks_total=64)
 >>> text = ServerMetrics(Idle(), "tiny").render()
@@ -48,6 +49,7 @@ from llmserve_ref.serving.prometheus import (
     Registry,
     TallyHistogram,
     Total,
+    Totals,
 )
 
 PREFIX = "llmserve:"
@@ -87,6 +89,12 @@ ENGINE_TOTALS = (
     ("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
      "prefix_cache_hits"),
 )  # fmt: skip
+# Speculative decoding's counts, read when scraped: (field of `SpecDecodingStats`, help).
+SPEC_DECODING_TOTALS = (
+    ("num_drafts", "Number of spec decoding drafts."),
+    ("num_draft_tokens", "Number of draft tokens."),
+    ("num_accepted_tokens", "Number of accepted tokens."),
+)
 # What is counted per request: (attribute, series, help, buckets: "tokens" for the 1-2-5
 # series up to the model's length).
 REQUEST_HISTOGRAMS = (
@@ -156,6 +164,8 @@ class ServerMetrics(Registry):
         )  # fmt: skip
         for name, help, field in ENGINE_TOTALS:
             self.add(Total(PREFIX + name, help, functools.partial(_stat, engine, field)))
+        if engine.speculative_config is not None:  # as vLLM: these only where it guesses
+            self._add_spec_decoding(engine.speculative_config.num_speculative_tokens)
         self.add(
             TallyHistogram(PREFIX + "iteration_tokens_total",
                            "Histogram of number of tokens per engine_step.",
@@ -185,6 +195,22 @@ class ServerMetrics(Registry):
             Counter("http_requests", "Total number of requests by method, status and handler.",
                     ["handler", "method", "status"]),
             const=[],  # the HTTP server's, not the engine's: vLLM's instrumentator's series
+        )  # fmt: skip
+
+    def _add_spec_decoding(self, num_speculative_tokens: int) -> None:
+        """vLLM's speculative decoding counters: the acceptance rate is accepted / draft
+        tokens, and the mean tokens a step emits per sequence 1 + accepted / drafts."""
+        for name, help in SPEC_DECODING_TOTALS:
+            read = functools.partial(_spec_stat, self.engine, name)
+            self.add(Total(PREFIX + "spec_decode_" + name, help, read))
+
+        def per_position() -> list[int]:
+            counts = self.engine.stats().spec_decoding.num_accepted_tokens_per_pos
+            return [*counts, *[0] * (num_speculative_tokens - len(counts))]
+
+        self.add(
+            Totals(PREFIX + "spec_decode_num_accepted_tokens_per_pos",
+                   "Accepted tokens per draft position.", "position", per_position)
         )  # fmt: skip
 
     def kv_cache_usage(self) -> float:
@@ -233,3 +259,8 @@ class ServerMetrics(Registry):
 def _stat(engine: Engine, field: str) -> float:
     """One field of the engine's `EngineStats`, read when scraped."""
     return getattr(engine.stats(), field)
+
+
+def _spec_stat(engine: Engine, field: str) -> float:
+    """One field of the engine's `SpecDecodingStats`, read when scraped."""
+    return getattr(engine.stats().spec_decoding, field)

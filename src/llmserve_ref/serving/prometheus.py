@@ -126,6 +126,25 @@ class Total(Gauge):
         super().__init__(name + "_total", help, read)
 
 
+class Totals(Gauge):
+    """Counters kept by someone else, one per value of a label (vLLM's accepted tokens per
+    ``position``), read when scraped: `read` gives the counts for values 0, 1, 2, ..."""
+
+    kind = "counter"
+
+    def __init__(
+        self, name: str, help: str, label: str, read: Callable[[], Sequence[float]]
+    ) -> None:
+        super().__init__(name + "_total", help, lambda: 0)
+        self.label, self.read_all = label, read
+
+    def samples(self, const: Labels) -> list[str]:
+        return [
+            f"{self.name}{_labels((*const, (self.label, str(i))))} {_number(v)}"
+            for i, v in enumerate(self.read_all())
+        ]
+
+
 class Info:
     """A configuration as labels on a gauge of 1 (vLLM's ``cache_config_info``)."""
 
