@@ -13,8 +13,8 @@ or output, and propose what followed them there. This is vLLM's ``ngram`` method
   text ends sooner after the match or the context (``max_model_len``) has no room.
 
 An occurrence may overlap the end (in ``a b a b a`` the last ``a b a`` occurs at the
-start), which is how a repeating pattern is continued. No guess is an empty list: the
-sequence then decodes one token as usual.
+start), which is how a repeating pattern is continued. When nothing recurs, the guess is
+an empty list, and the sequence decodes one token as usual.
 
 >>> lookup = NgramProposer(prompt_lookup_min=1, prompt_lookup_max=3, num_speculative_tokens=2)
 >>> lookup.propose([5, 6, 7, 8, 9, 5, 6, 7])  # 5 6 7 seen at the start: 8 9 followed it
