@@ -105,7 +105,14 @@ def bench(session: nox.Session) -> None:
         "python", "-c", "import llmserve_ref.device as d; print(d.best_device())", silent=True
     ).strip()
     env = {**ENV, "LLMSERVE_DEVICE": device}
-    for script in ["kv_cache", "hardware", "speculative", "simulator", "engine"]:
+    for script in [
+        "kv_cache",
+        "hardware",
+        "speculative",
+        "simulator",
+        "engine",
+        "speculative_engine",
+    ]:
         session.run("python", f"benchmarks/{script}.py", env=env)
     if device == "cuda":
         session.run(

@@ -157,10 +157,9 @@ class ContiguousAllocator(BlockManager):
         raise BlockError("a contiguous region never grows: reserve the whole sequence")
 
     def free(self, seq_id: str) -> None:
-        region = self._table(seq_id)
-        super().free(seq_id)
-        for block in region:
+        for block in self._table(seq_id):
             self.free_map[block.block_id] = 1
+        super().free(seq_id)
 
 
 def allocator(config: SchedulerConfig) -> BlockManager:
