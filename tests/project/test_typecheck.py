@@ -1,8 +1,9 @@
 """The site's scripts and the TypeScript client are type-checked (`nox -s lint` runs `tsc`).
 
-Each script in docs/javascripts must say `// @ts-check` in its leading comments: an editor
-then checks it as it is written, as tsc does in lint (tests/typecheck/tsconfig.json). A new
-script without it would be checked by tsc alone, and silently not by its author's editor.
+Each script in docs/javascripts, and in overrides/ (which a partial inlines), must say
+`// @ts-check` in its leading comments: an editor then checks it as it is written, as tsc
+does in lint (tests/typecheck/tsconfig.json). A new script without it would be checked by
+tsc alone, and silently not by its author's editor.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = sorted((ROOT / "docs" / "javascripts").glob("*.js"))
+# The site's scripts: those it serves, and those a partial inlines into every page.
+SCRIPTS = sorted(
+    [*(ROOT / "docs" / "javascripts").glob("*.js"), *(ROOT / "overrides").rglob("*.js")]
+)
 # Comments (line or block) and blank lines before a file's first statement.
 LEADING = re.compile(r"\A(?:\s+|//[^\n]*|/\*.*?\*/)*", re.DOTALL)
 

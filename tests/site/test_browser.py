@@ -18,6 +18,7 @@ import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlparse
+from urllib.request import urlopen
 
 import pytest
 
@@ -519,6 +520,44 @@ def map_contrast_failures(page) -> list[str]:
     return [f"{text!r} at {ratio:.2f}:1" for text, ratio in ratios if ratio < 4.5]
 
 
+def test_the_scheme_is_chosen_as_the_page_is_read_and_the_toggle_keeps_the_choice(page, site_url):
+    """overrides/partials/palette.js, inlined into every page, in place of Material's palette
+    component: a reader who prefers dark gets dark before the page has finished parsing (at
+    DOMContentLoaded, before any deferred script), with the toggle to light showing; a click
+    switches, a reload keeps the choice, Enter on the focused option switches back; and
+    Material's component, which restyled the whole page at load, is not mounted."""
+    source = (ROOT / "overrides" / "partials" / "palette.js").read_text("utf-8")
+    served = urlopen(site_url + "stage-3/kv-cache/").read().decode()
+    # Inlined as written: Jinja's include drops only the file's last newline.
+    assert f"<script>{source.removesuffix(chr(10))}</script>" in served
+    page.emulate_media(color_scheme="dark")
+    page.goto(site_url + "sitemap.xml")
+    page.evaluate("localStorage.clear()")
+    page.goto(site_url + "stage-3/kv-cache/", wait_until="commit")
+    page.wait_for_function("document.readyState !== 'loading'", timeout=15_000)
+    shown = "document.body.dataset.mdColorScheme"
+    visible_toggle = "[...document.querySelectorAll('.md-header__option label')]" + (
+        ".filter((l) => !l.hidden).map((l) => l.title)"
+    )
+    assert page.evaluate(shown) == "slate"
+    assert page.evaluate(visible_toggle) == ["Light mode"]
+    assert page.evaluate("document.querySelector('meta[name=color-scheme]').content") == "dark"
+    assert page.locator('[data-md-component="palette"]').count() == 0
+
+    page.locator(".md-header__option label:not([hidden])").click()
+    assert page.evaluate(shown) == "default"
+    assert page.evaluate(visible_toggle) == ["Dark mode"]
+    page.reload()
+    assert page.evaluate(shown) == "default"  # the choice outlives the preference
+    page.focus("#__palette_0")
+    page.keyboard.press("Enter")
+    assert page.evaluate(shown) == "slate"
+    assert page.evaluate(visible_toggle) == ["Light mode"]
+    page.emulate_media(color_scheme="light")
+    page.reload()
+    assert page.evaluate(shown) == "slate"
+
+
 @pytest.mark.audit  # about 6 minutes: nox -s site-audit runs it
 def test_every_page_meets_wcag_a_and_aa_in_light_and_dark(page, site_url, built_site):
     """axe-core on every built page, as a reader who prefers light and one who prefers dark
@@ -533,18 +572,17 @@ def test_every_page_meets_wcag_a_and_aa_in_light_and_dark(page, site_url, built_
     stage_1 = [t.slug for t in CURRICULUM.topics if t.stage == 1]
     found = []
     for preference, scheme in SCHEMES.items():
-        # A first visit: Material keeps the scheme it chose (and progress.js the progress)
-        # in localStorage, and would show the last run's scheme whatever the preference. The
-        # storage is cleared from a page that runs no script (the sitemap): a Material page
-        # can write its scheme back after the clear on a busy machine (CI saw it, on 404.html).
+        # A first visit: the scheme a reader chose (and progress.js the progress) is kept in
+        # localStorage, and would show whatever the preference. The storage is cleared from
+        # a page that runs no script (the sitemap), as it was when Material's component could
+        # write its scheme back after the clear on a busy machine (CI saw it, on 404.html).
         page.emulate_media(color_scheme=preference)
         page.goto(site_url + "sitemap.xml")
         page.evaluate("localStorage.clear()")
         for url in urls:
             page.goto(url)
             page.wait_for_load_state("networkidle")  # progress.js has marked the nav and map
-            # Material's script applies the preferred scheme once it runs: on a busy machine,
-            # that can be after the network is idle.
+            # overrides/partials/palette.js applies the preferred scheme as the page is read.
             page.wait_for_function(
                 f"document.body.dataset.mdColorScheme === {scheme!r}", timeout=15_000
             )

@@ -5,3 +5,8 @@ interface Window {
    * navigation (https://squidfunk.github.io/mkdocs-material/customization/#additional-javascript). */
   document$?: { subscribe(next: () => void): unknown };
 }
+
+/** Material for MkDocs' localStorage helpers (its head script): a value kept per site under
+ * `key`, as JSON; `__md_get` returns null for a key never set. */
+declare function __md_get(key: string): any;
+declare function __md_set(key: string, value: unknown): void;
