@@ -9,7 +9,7 @@ nox -s docs serve lint              # lint: ruff, mypy on the package, tsc on th
 nox -s notebooks                    # every topic page's notebook, run and checked (~7 min)
 nox -s engines                      # real vLLM (CPU build) beside our server; installs ~4 GB
 nox -s robustness                   # Schemathesis fuzz and a 32-stream soak, live server
-nox -s site-audit                   # Lighthouse on the topic pages, mobile and desktop
+nox -s site-audit                   # Lighthouse on every page, mobile and desktop; axe
 nox -s torch_range                  # kernel, model, engine tests on torch 2.5.0 and the newest
 nox -s mutation                     # mutation testing of the named components (~20 min)
 """
@@ -137,8 +137,8 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(name="site-audit")
 def site_audit(session: nox.Session) -> None:
-    """Lighthouse (tests/lighthouse, pinned) on the home and topic pages of the built site
-    (not yet the notebooks: tests/lighthouse/site_audit.py), served on 127.0.0.1, with its
+    """Lighthouse (tests/lighthouse, pinned) on the home, topic and rendered notebook pages of
+    the built site, served on 127.0.0.1, with its
     mobile and desktop presets in Debian's Chromium: a table of scores, LCP and TBT, failing
     below the bars of tests/lighthouse/site_audit.py (a page's mobile score is the median of
     up to five runs). `-- --runs 3` runs it three times and prints the spread. Then the

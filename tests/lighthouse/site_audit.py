@@ -4,9 +4,9 @@
 
 Serves SITE_DIR on 127.0.0.1 as a static host does (HTTP/1.1 with keep-alive, text gzipped:
 GitHub Pages, where the site is deployed, does both), runs Lighthouse (tests/lighthouse,
-`npm ci` first) on each page (the topics' notebooks only when asked for: NOTEBOOKS) with its
-mobile and desktop presets, prints a table (page, preset, performance, accessibility,
-Largest Contentful Paint, Total Blocking Time) and exits 1 if a page falls below the bars:
+`npm ci` first) on each page, the topics' rendered notebooks included, with its mobile and
+desktop presets, prints a table (page, preset, performance, accessibility, Largest
+Contentful Paint, Total Blocking Time) and exits 1 if a page falls below the bars:
 accessibility 100 in every run and preset, and as a phone a performance of
 MOBILE_PERFORMANCE (90) plus MARGIN (for the spread between runs measured here), taken as
 the median of the page's runs, as Lighthouse's own guide to variability advises
@@ -50,13 +50,6 @@ MARGIN = 3
 # stage-4 KV page 73 to 94): a page that falls short is judged on the median of up to five
 # runs, which Lighthouse's guide finds about twice as stable as one.
 MEDIAN_OF = 5
-# Not audited unless --pages names them: the topics' notebook pages. hooks/notebook_css.py
-# cut the 575 KB of JupyterLab CSS each inlined (they scored 59 to 79 as a phone with it),
-# and their code cells are laid out as a reader nears them; one run here, with another job
-# on the machine, scored them 75 to 98 as a phone, most under the bar, and found one
-# colour-contrast failure (an output drawn over the footer before it is laid out). Open
-# work (issue 22); till then the audit says, every run, that it left them out.
-NOTEBOOKS = "/notebooks/"
 ACCESSIBILITY = 100
 PRESETS = ("mobile", "desktop")
 COMPRESSED = (".html", ".css", ".js", ".json", ".svg", ".ipynb", ".txt", ".xml")
@@ -113,13 +106,11 @@ def serving(site: Path) -> Iterator[str]:
 
 def pages(site: Path, pattern: str) -> list[str]:
     """Every page of the built site whose path matches `pattern` (its HTML files but the
-    404 page and, unless `pattern` names them, the notebooks), as URL paths."""
+    404 page), as URL paths."""
     found = []
     for path in sorted(site.glob("**/*.html")):
         relative = path.relative_to(site).as_posix()
         if relative == "404.html" or not re.search(pattern, relative):
-            continue
-        if NOTEBOOKS in f"/{relative}" and NOTEBOOKS not in pattern:
             continue
         found.append(relative.removesuffix("index.html"))
     return found
@@ -223,9 +214,6 @@ def main() -> int:
     paths = pages(args.site, args.pages)
     if not paths:
         sys.exit(f"no page of {args.site} matches {args.pages!r}")
-    left_out = len(pages(args.site, NOTEBOOKS)) if NOTEBOOKS not in args.pages else 0
-    if left_out:
-        print(f"not audited: {left_out} notebook pages (NOTEBOOKS in {Path(__file__).name})")
     runs = []
     with serving(args.site) as base:
         for run in range(args.runs):
