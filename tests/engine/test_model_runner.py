@@ -24,10 +24,33 @@ def test_a_packed_step_gives_each_sequence_its_own_logits(tiny_llama):
     torch.testing.assert_close(logits[1], alone[1], atol=1e-4, rtol=1e-4)
 
 
-def test_decode_chunks_must_come_first(tiny_llama):
+def test_a_sequence_checking_guesses_gets_the_logits_of_each_position(tiny_llama):
+    model = tiny_llama()
+    runner = ModelRunner(model, num_blocks=16, block_size=4)
+    a, b = [3, 1, 4, 1, 5, 9, 2], [2, 7, 1]
+    with torch.inference_mode():
+        alone = [model(torch.tensor([p]))[0] for p in (a, b)]
+        runner.forward([Chunk(a[:4], 0, [0, 1], False), Chunk(b[:2], 0, [2], False)])
+        logits = runner.forward(  # b's decode, a's newest token and two guesses
+            [Chunk(b[2:], 2, [2], True), Chunk(a[4:], 4, [0, 1], True, num_guesses=2)]
+        )
+    assert logits.shape == (4, model.config.vocab_size)
+    torch.testing.assert_close(logits[0], alone[1][2], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logits[1:], alone[0][4:], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [Chunk([1, 2], 0, [0], True), Chunk([3], 2, [1], True)],  # a prompt before a decode
+        [Chunk([1, 2], 0, [0], True), Chunk([3, 4], 2, [1], True, num_guesses=1)],
+        [Chunk([3, 4], 2, [1], True, num_guesses=1), Chunk([3], 2, [2], True)],
+    ],
+)
+def test_decodes_come_first_then_guessing_sequences_then_prompts(tiny_llama, chunks):
     runner = ModelRunner(tiny_llama(), num_blocks=4, block_size=4)
-    with pytest.raises(ValueError, match="decode chunk"):
-        runner.forward([Chunk([1, 2], 0, [0], True), Chunk([3], 2, [1], True)])
+    with pytest.raises(ValueError, match=r"decode chunk .* first, then the chunks with guesses"):
+        runner.forward(chunks)
 
 
 def test_copy_on_write_copies_are_made_before_the_step(tiny_llama):

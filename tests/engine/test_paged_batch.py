@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from llmserve_ref.engine import paged_batch
 from llmserve_ref.engine.kv_storage import KVStorage
 from llmserve_ref.engine.paged_batch import Chunk, PagedBatch
 from llmserve_ref.kernels.flash_attention import sdpa_attention
+from llmserve_ref.kernels.paged_attention import paged_attention, paged_decode_attention
 from llmserve_ref.model.llama_config import ModelConfig
 
 CONFIG = ModelConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2)
@@ -58,3 +61,39 @@ def test_attend_writes_keys_and_values_then_attends_causally_over_the_sequence()
     assert torch.equal(kv.values(0)[0][0], v[0, :, 2])  # position 2 in block 0, slot 0
     expected, _ = sdpa_attention(q, k, v, causal=True)
     torch.testing.assert_close(out, expected.to(out.dtype), atol=1e-5, rtol=1e-5)
+
+
+def test_decodes_guessing_sequences_and_prompts_each_attend_through_their_own_path():
+    """One call per kind: the decode kernel, `paged_verify_attention` for every guessing
+    sequence at once, the reference for prompt chunks; together, the reference's answer."""
+    torch.manual_seed(0)
+    kv = storage(num_blocks=16, block_size=4)
+    kv.data.copy_(torch.randn_like(kv.data))  # earlier positions: whatever the cache holds
+    chunks = [
+        Chunk([9], start=5, block_table=[3, 1], samples=True),  # a decode at position 5
+        Chunk([4, 7, 8], start=6, block_table=[0, 4, 5], samples=True, num_guesses=2),
+        Chunk([2, 6], start=3, block_table=[6], samples=True, num_guesses=1),
+        Chunk([5, 6, 7], start=0, block_table=[2], samples=True),  # a prompt
+    ]
+    calls = []
+
+    def spy(name, kernel):
+        def call(q, *args):
+            calls.append((name, len(q)))
+            return kernel(q, *args)
+
+        return call
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("paged_verify_attention", "paged_attention"):
+            patch.setattr(paged_batch, name, spy(name, getattr(paged_batch, name)))
+        batch = PagedBatch(chunks, kv, spy("decode", paged_decode_attention))
+        heads, kv_heads, d = 4, 2, CONFIG.head_dim
+        q, k, v = (torch.randn(1, n, 9, d) for n in (heads, kv_heads, kv_heads))
+        out = batch.attend(0, q, k, v, batch.positions(9))
+    assert calls == [("decode", 1), ("paged_verify_attention", 5), ("paged_attention", 3)]
+    expected = paged_attention(
+        q[0].transpose(0, 1), kv.keys(0), kv.values(0), batch.block_tables, batch.seq_lens,
+        batch.query_start,
+    )  # fmt: skip
+    torch.testing.assert_close(out[0].transpose(0, 1), expected, atol=1e-5, rtol=1e-5)

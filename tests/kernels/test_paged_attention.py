@@ -1,11 +1,12 @@
-"""Paged attention against SDPA: the reference and the batched decode.
+"""Paged attention against SDPA: the reference, the batched decode and the batched verify.
 
 Every test draws each sequence's keys and values as contiguous tensors, computes the oracle
 (`sdpa_attention`, float64, bottom-right causal) on them, and only then scatters them into
 random blocks of a pool through a random block table: the oracle never sees a block table.
 Pool slots that no sequence owns, and block table entries past a sequence's blocks, hold
-NaN and -1, so a read past a sequence's length shows; `paged_decode_attention` is the
-exception, as it reads every entry of the table and whole blocks (see `make_batch`).
+NaN and -1, so a read past a sequence's length shows; `paged_decode_attention` and
+`paged_verify_attention` are the exception, as they read every entry of the table and whole
+blocks (see `make_batch`).
 
 The Triton kernel's tests, on batches made here by `make_batch`, are in
 tests/kernels/test_triton_paged_attention.py.
@@ -29,6 +30,7 @@ from llmserve_ref.kernels.paged_attention import (
     gather_kv,
     paged_attention,
     paged_decode_attention,
+    paged_verify_attention,
 )
 
 DEVICE = get_device()
@@ -39,6 +41,9 @@ KV_HEADS = [4, 2, 1]  # MHA, GQA (2 query heads per KV head), MQA
 # multiples of the block sizes, a whole prompt, and a chunk of a prompt after cached keys.
 MIXED = [(1, 1), (7, 1), (9, 9), (16, 1), (30, 5), (33, 1)]
 DECODE_LENS = [1, 7, 16, 33]
+# (seq_len, q_len) for speculative decoding's check: a newest token and 0 to 4 guesses, the
+# newest first in a sequence or after others, a guess on a block boundary.
+VERIFY = [(1, 1), (7, 3), (16, 5), (33, 2), (9, 1), (5, 5)]
 
 
 @dataclass
@@ -67,10 +72,10 @@ def make_batch(
 ) -> Batch:
     """Sequences of (seq_len, q_len): contiguous K/V, the oracle, then a random paging.
 
-    `whole_blocks` is for `paged_decode_attention`, which gathers every table entry and
-    whole blocks and multiplies the masked positions' zero weights by their values: there
-    the unused entries name real blocks and the unused slots hold large finite garbage
-    (NaN would make 0 * NaN = NaN) instead of -1 and NaN.
+    `whole_blocks` is for `paged_decode_attention` and `paged_verify_attention`, which
+    gather every table entry and whole blocks and multiply the masked positions' zero
+    weights by their values: there the unused entries name real blocks and the unused
+    slots hold large finite garbage (NaN would make 0 * NaN = NaN) instead of -1 and NaN.
     """
     gen = torch.Generator().manual_seed(seed)
     needed = [math.ceil(seq_len / block_size) for seq_len, _ in seqs]
@@ -182,44 +187,56 @@ def test_reference_random_batches_match_sdpa(seqs, block_size, kv_heads, seed):
     assert_close(out, batch.expected, torch.float32)
 
 
+def batched(path: str, batch: Batch) -> Tensor:
+    """The batched decode (one query per sequence) or verify (a few per sequence) of `batch`."""
+    args = (batch.q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens)
+    if path == "decode":
+        return paged_decode_attention(*args)
+    return paged_verify_attention(*args, batch.query_start)
+
+
+BATCHED = {"decode": decode_seqs(DECODE_LENS), "verify": VERIFY}
+
+
+@pytest.mark.parametrize("path", BATCHED)
 @pytest.mark.parametrize("kv_heads", KV_HEADS)
 @pytest.mark.parametrize("block_size", [1, 4, 16])
-def test_batched_decode_matches_sdpa(block_size, kv_heads):
-    batch = make_batch(decode_seqs(DECODE_LENS), kv_heads, block_size, whole_blocks=True)
-    out = paged_decode_attention(
-        batch.q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens
-    )
+def test_batched_paths_match_sdpa(block_size, kv_heads, path):
+    batch = make_batch(BATCHED[path], kv_heads, block_size, seed=block_size, whole_blocks=True)
+    out = batched(path, batch)
     assert out.shape == batch.q.shape and out.dtype == batch.q.dtype
     assert_close(out, batch.expected, torch.float32)
 
 
+@pytest.mark.parametrize("path", BATCHED)
 @settings(max_examples=40, derandomize=True, deadline=None)
 @given(
-    seqs=sequences(decode=True),
+    seqs=sequences(decode=False),
     block_size=st.sampled_from([1, 2, 4, 16]),
     kv_heads=st.sampled_from(KV_HEADS),
     seed=st.integers(0, 2**16),
 )
-def test_batched_decode_random_batches_match_sdpa(seqs, block_size, kv_heads, seed):
+def test_batched_paths_random_batches_match_sdpa(path, seqs, block_size, kv_heads, seed):
+    if path == "decode":
+        seqs = decode_seqs([seq_len for seq_len, _ in seqs])
     batch = make_batch(seqs, kv_heads, block_size, head_dim=8, seed=seed, whole_blocks=True)
-    out = paged_decode_attention(
-        batch.q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens
-    )
-    assert_close(out, batch.expected, torch.float32)
+    assert_close(batched(path, batch), batch.expected, torch.float32)
 
 
 def test_every_tensor_is_made_on_the_inputs_device_not_the_default_one():
     """Under a default device of `meta`, a tensor made without `device=` would land there."""
     batch = make_batch(MIXED, 2, 4, seed=5)
-    decode = make_batch(decode_seqs(DECODE_LENS), 2, 4, seed=6, whole_blocks=True)
+    short = {
+        path: make_batch(seqs, 2, 4, seed=6, whole_blocks=True) for path, seqs in BATCHED.items()
+    }
     with torch.device("meta"):
         out = paged_attention(
             batch.q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens,
             batch.query_start,
         )  # fmt: skip
-        decoded = paged_decode_attention(
-            decode.q, decode.k_cache, decode.v_cache, decode.block_tables, decode.seq_lens
-        )
-    assert out.device == decoded.device == batch.q.device
+        outs = {path: batched(path, b) for path, b in short.items()}
+    assert out.device == batch.q.device
     assert_close(out, batch.expected, torch.float32)
-    assert_close(decoded, decode.expected, torch.float32)
+    for path, b in short.items():
+        assert outs[path].device == batch.q.device
+        assert_close(outs[path], b.expected, torch.float32)

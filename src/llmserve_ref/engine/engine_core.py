@@ -201,10 +201,16 @@ class EngineCore:
         if not out.num_scheduled_tokens:
             return []
         chunks, sampling, guesses, now = [], [], [], time.monotonic()
-        for request_id, n in sorted(out.num_scheduled_tokens.items(), key=lambda kv: kv[1] > 1):
-            request = out.scheduled[request_id]  # decode chunks (one token) first
+        spec = out.scheduled_spec_decode_tokens
+        # Decode chunks (one token) first, then the sequences with guesses, then prompt chunks.
+        order = sorted(
+            out.num_scheduled_tokens.items(),
+            key=lambda kv: 0 if kv[1] == 1 else 1 if kv[0] in spec else 2,
+        )
+        for request_id, n in order:
+            request = out.scheduled[request_id]
             start = request.num_computed_tokens
-            seq_guesses = out.scheduled_spec_decode_tokens.get(request_id, [])
+            seq_guesses = spec.get(request_id, [])
             end = start + n - len(seq_guesses)  # the guesses come after the sequence's tokens
             samples = end == request.num_tokens
             table = out.block_table(request_id)

@@ -61,12 +61,16 @@ class ModelRunner:
         """Logits ``[num_rows, vocab]`` (float32): for each chunk whose last token samples,
         in order, one row per guess and one for its last token.
 
-        `chunks` must put decode tokens first. The copy-on-write copies the block
-        manager asked for are made before anything is written.
+        `chunks` must put decode tokens first, then the sequences checking guesses, then
+        the prompt chunks. The copy-on-write copies the block manager asked for are made
+        before anything is written.
         """
-        decodes = [c.is_decode for c in chunks]
-        if decodes != sorted(decodes, reverse=True):
-            raise ValueError("put every decode chunk (one token) before the prompt chunks")
+        kinds = [c.kind for c in chunks]
+        if kinds != sorted(kinds):
+            raise ValueError(
+                "put every decode chunk (one token) first, then the chunks with guesses, "
+                "then the prompt chunks"
+            )
         self.storage.copy_blocks(list(blocks_to_copy))
         batch = PagedBatch(chunks, self.storage, self.decode_kernel)
         hidden = self.model.hidden_states(batch.input_ids, batch)[0]  # [num_tokens, hidden]

@@ -1,18 +1,21 @@
 """One step's batch on paged KV: the packed tokens, and attention through block tables.
 
 Each step the scheduler picks, for each running sequence, some of its tokens: one
-for a sequence that is decoding, a chunk of the prompt for one that is
-prefilling. They are packed into one row, with no padding, decode tokens first:
+for a sequence that is decoding, its newest token and its guesses for one that
+checks guesses (speculative decoding), a chunk of the prompt for one that is
+prefilling. They are packed into one row, with no padding, decode tokens first,
+then the guessing sequences:
 
-    input_ids  [ d0 d1 d2 | p0 p0 p0 p0 | p1 p1 ]      d: decode, p: prompt chunk
-    positions  [ 17 40  9 |  0  1  2  3 | 12 13 ]      each token's own position
+    input_ids  [ d0 d1 d2 | g0 g0 g0 | p0 p0 p0 p0 | p1 p1 ]   d: decode, g: guesses, p: prompt
+    positions  [ 17 40  9 | 21 22 23 |  0  1  2  3 | 12 13 ]   each token's own position
 
 The model knows nothing of batches or blocks: it asks its cache
 (`llmserve_ref.model.llama.KVStore`) where its tokens sit and to attend. `PagedBatch`
 answers: it writes every layer's new keys and values to their slots in the
 `KVStorage`, then attends each sequence's queries over its own keys, read through its
 block table: decode tokens all at once (`paged_decode_attention`, or the Triton kernel
-on CUDA), prompt chunks one sequence at a time (`paged_attention`).
+on CUDA), guessing sequences all at once too (`paged_verify_attention`), prompt chunks
+one sequence at a time (`paged_attention`).
 
 >>> from llmserve_ref.model.llama_config import ModelConfig
 >>> storage = KVStorage.for_model(ModelConfig(hidden_size=32, num_attention_heads=4,
@@ -32,7 +35,11 @@ from dataclasses import dataclass
 import torch
 
 from llmserve_ref.engine.kv_storage import KVStorage
-from llmserve_ref.kernels.paged_attention import paged_attention, paged_decode_attention
+from llmserve_ref.kernels.paged_attention import (
+    paged_attention,
+    paged_decode_attention,
+    paged_verify_attention,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +55,11 @@ class Chunk:
     @property
     def is_decode(self) -> bool:
         return len(self.token_ids) == 1
+
+    @property
+    def kind(self) -> int:
+        """The order a step packs chunks in: decodes (0), guessing sequences (1), prompts (2)."""
+        return 0 if self.is_decode else 1 if self.num_guesses else 2
 
 
 def _padded(tables: list[Sequence[int]], device: torch.device) -> torch.Tensor:
@@ -74,7 +86,10 @@ class PagedBatch:
         device, size = storage.data.device, storage.block_size
         self.storage = storage
         self.decode_kernel = decode_kernel or paged_decode_attention
-        self.num_decodes = sum(c.is_decode for c in chunks)
+        kinds = [c.kind for c in chunks]
+        self.num_decodes = kinds.count(0)
+        self.num_short = self.num_decodes + kinds.count(1)  # decodes and guessing sequences
+        self.prompts_from = sum(len(c.token_ids) for c in chunks[: self.num_short])  # in the row
         self.input_ids = torch.tensor(
             [[t for c in chunks for t in c.token_ids]], dtype=torch.long, device=device
         )
@@ -114,20 +129,18 @@ class PagedBatch:
         self.storage.write(layer, self.slot_mapping, k, v)
         k_cache, v_cache = self.storage.keys(layer), self.storage.values(layer)
         out = torch.empty_like(q)
-        d = self.num_decodes  # decode tokens first: one query per sequence
-        if d:
-            out[:d] = self.decode_kernel(
-                q[:d], k_cache, v_cache, self.block_tables[:d], self.seq_lens[:d]
+        # Chunks [0, d) are decodes (tokens [0, d)), [d, s) guessing sequences (tokens
+        # [d, p)), the rest prompt chunks (tokens [p, num_tokens)).
+        d, s, p = self.num_decodes, self.num_short, self.prompts_from
+        tables, lens, starts = self.block_tables, self.seq_lens, self.query_start
+        if d:  # one query per sequence
+            out[:d] = self.decode_kernel(q[:d], k_cache, v_cache, tables[:d], lens[:d])
+        if s > d:  # each sequence's newest token and its guesses, all sequences at once
+            out[d:p] = paged_verify_attention(
+                q[d:p], k_cache, v_cache, tables[d:s], lens[d:s], starts[d : s + 1] - d
             )
-        if d < len(self.seq_lens):  # prompt chunks, one sequence at a time
-            out[d:] = paged_attention(
-                q[d:],
-                k_cache,
-                v_cache,
-                self.block_tables[d:],
-                self.seq_lens[d:],
-                self.query_start[d:] - self.query_start[d],
-            )
+        if s < len(lens):  # one sequence at a time
+            out[p:] = paged_attention(q[p:], k_cache, v_cache, tables[s:], lens[s:], starts[s:] - p)
         return out.transpose(0, 1)[None]
 
 

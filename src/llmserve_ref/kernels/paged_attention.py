@@ -18,13 +18,16 @@ has `seq_lens[b]` keys in the cache, its new tokens' included; they are its
 last positions, so its query i sits at position ``seq_lens[b] - q_len + i``
 and sees keys up to there (causal, bottom-right aligned).
 
-Three implementations, one contract:
+Four implementations, one contract:
 
 * `paged_attention` is the reference: one sequence at a time, gather its
   blocks into order, attend. A prompt chunk and a decode token alike.
 * `paged_decode_attention` is what the engine runs on the CPU for decode
   tokens (one query per sequence): every sequence at once, its blocks gathered
   into a padded batch, positions past its length masked.
+* `paged_verify_attention` is the same for a few queries per sequence, a decode
+  token and the guesses after it (speculative decoding): the queries are padded
+  too, each masked past its own position.
 * `llmserve_ref.kernels.triton_paged_attention` never gathers: each program
   walks one sequence's block table and reads every block where it lies.
 
@@ -114,3 +117,38 @@ def paged_decode_attention(
 
 
 # --8<-- [end:decode]
+
+
+# --8<-- [start:verify]
+def paged_verify_attention(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    block_tables: Tensor,
+    seq_lens: Tensor,
+    query_start: Tensor,
+) -> Tensor:
+    """A few queries per sequence, all sequences at once: a decode token and its guesses.
+
+    Speculative decoding scores each sequence's newest token and the guesses after it
+    (`query_start` as in `paged_attention`, each sequence's queries its last positions).
+    As in `paged_decode_attention` the blocks are gathered into one padded batch; the
+    queries are padded too, to the longest sequence's, and each query sees the keys up
+    to its own position. Returns ``[num_tokens, heads, d]``, packed as `q` is.
+    """
+    q_lens = query_start[1:] - query_start[:-1]  # [batch]
+    rows = torch.arange(int(q_lens.max()), device=q.device)  # [width]
+    # Query i of sequence b; a padding row repeats the sequence's last query.
+    i = torch.minimum(rows, q_lens[:, None] - 1)  # [batch, width]
+    padded = q[query_start[:-1, None] + i].transpose(1, 2)  # [batch, heads, width, d]
+    k = k_cache[block_tables].flatten(1, 2).transpose(1, 2)  # [batch, kv_heads, S_max, d]
+    v = v_cache[block_tables].flatten(1, 2).transpose(1, 2)
+    position = seq_lens[:, None] - q_lens[:, None] + i  # [batch, width]: each query's own
+    visible = torch.arange(k.shape[2], device=q.device) <= position[..., None]
+    out = F.scaled_dot_product_attention(
+        padded, k, v, attn_mask=visible[:, None], enable_gqa=True
+    )  # [batch, heads, width, d]
+    return out.transpose(1, 2)[rows < q_lens[:, None]]  # the real rows, in packed order
+
+
+# --8<-- [end:verify]
