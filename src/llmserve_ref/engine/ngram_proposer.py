@@ -28,9 +28,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
-
 
 @dataclass(frozen=True)
 class NgramProposer:
@@ -55,19 +52,32 @@ class NgramProposer:
             )
 
     def propose(self, token_ids: Sequence[int]) -> list[int]:
-        """The guessed continuation of `token_ids` (prompt and output so far); [] if none."""
-        tokens = np.asarray(token_ids, dtype=np.int64)
+        """The guessed continuation of `token_ids` (prompt and output so far); [] if none.
+
+        Every earlier occurrence of the last token is where a match can end: from each, in
+        order, count how far back the tokens agree with the text's end (at most
+        ``prompt_lookup_max``). The first occurrence with the longest reach wins. The
+        list's own `index` finds the occurrences, with no array to build per call: the
+        engine asks once per decoding sequence per step.
+        """
+        tokens, size = list(token_ids), len(token_ids)
         room = self.num_speculative_tokens
         if self.max_model_len is not None:
-            room = min(room, self.max_model_len - len(tokens))
-        if room <= 0:
+            room = min(room, self.max_model_len - size)
+        if room <= 0 or size < 2:
             return []
-        # An earlier occurrence ends before the last token: search tokens[:-1].
-        earlier = tokens[:-1]
-        for n in range(min(self.prompt_lookup_max, len(earlier)), self.prompt_lookup_min - 1, -1):
-            windows = sliding_window_view(earlier, n)  # windows[j] = tokens[j : j + n]
-            hits = np.flatnonzero((windows == tokens[-n:]).all(axis=1))
-            if hits.size:
-                follows = hits[0] + n
-                return tokens[follows : follows + room].tolist()
-        return []
+        last, longest = tokens[-1], min(self.prompt_lookup_max, size - 1)
+        best, follows = 0, 0  # the longest match so far, and where what followed it starts
+        end = tokens.index(last)  # an occurrence of the last token, before the last itself
+        while end < size - 1:
+            n = 1  # tokens[end - n + 1 : end + 1] == tokens[-n:]
+            while n < longest and n <= end and tokens[end - n] == tokens[-1 - n]:
+                n += 1
+            if n > best:  # strictly longer: of equal matches the earliest stays
+                best, follows = n, end + 1
+                if n == longest:
+                    break  # no later occurrence can beat it
+            end = tokens.index(last, end + 1)
+        if best < self.prompt_lookup_min:
+            return []
+        return tokens[follows : follows + room]
