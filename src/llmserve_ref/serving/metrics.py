@@ -38,6 +38,7 @@ llmserve:num_requests_running{engine="0",model_name="tiny"} 0
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from llmserve_ref.engine.interface import Engine, FinishReason, RequestTimes
 from llmserve_ref.planning.published import VLLM_METRIC_BUCKETS as VLLM
@@ -201,7 +202,7 @@ class ServerMetrics(Registry):
         """vLLM's speculative decoding counters: the acceptance rate is accepted / draft
         tokens, and the mean tokens a step emits per sequence 1 + accepted / drafts."""
         for name, help in SPEC_DECODING_TOTALS:
-            read = functools.partial(_spec_stat, self.engine, name)
+            read = functools.partial(_stat, self.engine, "spec_decoding", name)
             self.add(Total(PREFIX + "spec_decode_" + name, help, read))
 
         def per_position() -> list[int]:
@@ -256,11 +257,10 @@ class ServerMetrics(Registry):
             self.tpot.observe((times.finished - times.first_token) / (output_tokens - 1))
 
 
-def _stat(engine: Engine, field: str) -> float:
-    """One field of the engine's `EngineStats`, read when scraped."""
-    return getattr(engine.stats(), field)
-
-
-def _spec_stat(engine: Engine, field: str) -> float:
-    """One field of the engine's `SpecDecodingStats`, read when scraped."""
-    return getattr(engine.stats().spec_decoding, field)
+def _stat(engine: Engine, *fields: str) -> float:
+    """A field of the engine's `EngineStats` (``"spec_decoding", "num_drafts"``: a field of
+    one of its fields), read when scraped."""
+    value: Any = engine.stats()
+    for field in fields:
+        value = getattr(value, field)
+    return value

@@ -126,7 +126,7 @@ class Total(Gauge):
         super().__init__(name + "_total", help, read)
 
 
-class Totals(Gauge):
+class Totals:
     """Counters kept by someone else, one per value of a label (vLLM's accepted tokens per
     ``position``), read when scraped: `read` gives the counts for values 0, 1, 2, ..."""
 
@@ -135,13 +135,12 @@ class Totals(Gauge):
     def __init__(
         self, name: str, help: str, label: str, read: Callable[[], Sequence[float]]
     ) -> None:
-        super().__init__(name + "_total", help, lambda: 0)
-        self.label, self.read_all = label, read
+        self.name, self.help, self.label, self.read = name + "_total", help, label, read
 
     def samples(self, const: Labels) -> list[str]:
         return [
             f"{self.name}{_labels((*const, (self.label, str(i))))} {_number(v)}"
-            for i, v in enumerate(self.read_all())
+            for i, v in enumerate(self.read())
         ]
 
 
@@ -206,7 +205,7 @@ class TallyHistogram(Histogram):
         return fresh.samples(const)
 
 
-M = TypeVar("M", Counter, Gauge, Histogram, Info)
+M = TypeVar("M", Counter, Gauge, Histogram, Info, Totals)
 
 
 class Registry:
@@ -217,7 +216,7 @@ class Registry:
     content_type = "text/plain; version=0.0.4; charset=utf-8"
 
     def __init__(self, **const_labels: str) -> None:
-        self.metrics: list[tuple[Counter | Gauge | Histogram | Info, Labels]] = []
+        self.metrics: list[tuple[Counter | Gauge | Histogram | Info | Totals, Labels]] = []
         self.const: Labels = _key(const_labels)
 
     def add(self, metric: M, const: Iterable[str] | None = None) -> M:
