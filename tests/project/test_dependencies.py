@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata as metadata
+import re
 import sys
 
 from packaging.requirements import Requirement
@@ -63,3 +64,21 @@ def test_every_dependency_installed_with_the_package_alone_is_imported():
     assert "torch" in alone
     unused = alone - imported_libraries().keys()
     assert unused == set(), "installed with the package but never imported by it"
+
+
+def test_the_floors_and_pythons_the_readme_states_are_the_declared_ones():
+    """README.md's sentences on versions against the package's metadata (pyproject.toml's)
+    and the noxfile, which installs them: the torch floor, the Pythons the package
+    requires, the Pythons vLLM's CPU build installs on."""
+    noxfile = (ROOT / "noxfile.py").read_text(encoding="utf-8")
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    (torch,) = [
+        r for r in map(Requirement, metadata.requires("llmserve-ref") or []) if r.name == "torch"
+    ]
+    (floor,) = re.findall(r'^TORCH_FLOOR = "(.+?)"', noxfile, re.M)
+    assert str(torch.specifier) == ">=" + floor.removesuffix(".0")  # torch>=2.5, 2.5.0
+    assert f"on torch {floor}, the oldest `pyproject.toml` admits" in readme
+    assert metadata.metadata("llmserve-ref")["Requires-Python"] == ">=3.10"
+    assert "`site-audit` and `gguf-floor` on Python 3.10 to" in readme
+    (vllm,) = re.findall(r"^VLLM_PYTHONS = \(\((\d+), (\d+)\), \((\d+), (\d+)\)\)", noxfile, re.M)
+    assert f"`engines` on Linux with Python {vllm[0]}.{vllm[1]} to {vllm[2]}.{vllm[3]}" in readme
