@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from llmserve_ref.engine.model_runner import ModelRunner
@@ -39,18 +38,20 @@ def test_a_sequence_checking_guesses_gets_the_logits_of_each_position(tiny_llama
     torch.testing.assert_close(logits[1:], alone[0][4:], atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize(
-    "chunks",
-    [
-        [Chunk([1, 2], 0, [0], True), Chunk([3], 2, [1], True)],  # a prompt before a decode
-        [Chunk([1, 2], 0, [0], True), Chunk([3, 4], 2, [1], True, num_guesses=1)],
-        [Chunk([3, 4], 2, [1], True, num_guesses=1), Chunk([3], 2, [2], True)],
-    ],
-)
-def test_decodes_come_first_then_guessing_sequences_then_prompts(tiny_llama, chunks):
-    runner = ModelRunner(tiny_llama(), num_blocks=4, block_size=4)
-    with pytest.raises(ValueError, match=r"decode chunk .* first, then the chunks with guesses"):
-        runner.forward(chunks)
+def test_chunks_in_any_order_get_their_rows_in_that_order(tiny_llama):
+    """The runner packs decodes, then guessing sequences, then prompts (`PagedBatch`'s
+    order); the logits come back in the order the chunks were given."""
+    model = tiny_llama()
+    prompt = Chunk([3, 1, 4, 1], 0, [0], samples=True)
+    guessing = Chunk([2, 7, 1], 5, [1, 2], samples=True, num_guesses=2)
+    decode = Chunk([5], 2, [3], samples=True)
+    logits = {}
+    for name, chunks in {"packed": [decode, guessing, prompt],
+                         "given": [prompt, decode, guessing]}.items():  # fmt: skip
+        runner = ModelRunner(model, num_blocks=8, block_size=4)  # the same fresh cache
+        logits[name] = runner.forward(chunks)
+    packed, given = logits["packed"], logits["given"]  # rows: decode 1, guessing 3, prompt 1
+    torch.testing.assert_close(given, torch.cat([packed[4:], packed[:1], packed[1:4]]))
 
 
 def test_copy_on_write_copies_are_made_before_the_step(tiny_llama):

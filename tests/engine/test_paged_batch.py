@@ -97,3 +97,16 @@ def test_decodes_guessing_sequences_and_prompts_each_attend_through_their_own_pa
         batch.query_start,
     )  # fmt: skip
     torch.testing.assert_close(out[0].transpose(0, 1), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [Chunk([1, 2], 0, [0], True), Chunk([3], 2, [1], True)],  # a prompt before a decode
+        [Chunk([1, 2], 0, [0], True), Chunk([3, 4], 2, [1], True, num_guesses=1)],
+        [Chunk([3, 4], 2, [1], True, num_guesses=1), Chunk([3], 2, [2], True)],
+    ],
+)
+def test_decodes_come_first_then_guessing_sequences_then_prompts(chunks):
+    with pytest.raises(ValueError, match=r"decode chunk .* first, then the chunks with guesses"):
+        PagedBatch(chunks, storage())

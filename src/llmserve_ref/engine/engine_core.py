@@ -202,12 +202,7 @@ class EngineCore:
             return []
         chunks, sampling, guesses, now = [], [], [], time.monotonic()
         spec = out.scheduled_spec_decode_tokens
-        # Decode chunks (one token) first, then the sequences with guesses, then prompt chunks.
-        order = sorted(
-            out.num_scheduled_tokens.items(),
-            key=lambda kv: 0 if kv[1] == 1 else 1 if kv[0] in spec else 2,
-        )
-        for request_id, n in order:
+        for request_id, n in out.num_scheduled_tokens.items():  # (the runner packs them)
             request = out.scheduled[request_id]
             start = request.num_computed_tokens
             seq_guesses = spec.get(request_id, [])

@@ -25,6 +25,7 @@ torch.Size([2, 32])
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -59,19 +60,21 @@ class ModelRunner:
         self, chunks: Sequence[Chunk], blocks_to_copy: Sequence[tuple[int, int]] = ()
     ) -> torch.Tensor:
         """Logits ``[num_rows, vocab]`` (float32): for each chunk whose last token samples,
-        in order, one row per guess and one for its last token.
+        in the order given, one row per guess and one for its last token.
 
-        `chunks` must put decode tokens first, then the sequences checking guesses, then
-        the prompt chunks. The copy-on-write copies the block manager asked for are made
-        before anything is written.
+        `PagedBatch` packs decode tokens first, then the sequences checking guesses, then
+        the prompt chunks; the rows come back in the callers' order. The copy-on-write
+        copies the block manager asked for are made before anything is written.
         """
-        kinds = [c.kind for c in chunks]
-        if kinds != sorted(kinds):
-            raise ValueError(
-                "put every decode chunk (one token) first, then the chunks with guesses, "
-                "then the prompt chunks"
-            )
+        order = sorted(range(len(chunks)), key=lambda i: chunks[i].kind)  # stable
+        packed = [chunks[i] for i in order]
         self.storage.copy_blocks(list(blocks_to_copy))
-        batch = PagedBatch(chunks, self.storage, self.decode_kernel)
+        batch = PagedBatch(packed, self.storage, self.decode_kernel)
         hidden = self.model.hidden_states(batch.input_ids, batch)[0]  # [num_tokens, hidden]
-        return self.model.compute_logits(hidden[batch.logits_indices]).float()
+        logits = self.model.compute_logits(hidden[batch.logits_indices]).float()
+        if order == list(range(len(chunks))):
+            return logits
+        rows = [1 + c.num_guesses if c.samples else 0 for c in packed]  # each one's logits
+        first = list(itertools.accumulate(rows, initial=0))  # packed chunk k's first row
+        at = {i: k for k, i in enumerate(order)}  # chunk i is packed k-th
+        return logits[[first[at[i]] + j for i in range(len(chunks)) for j in range(rows[at[i]])]]

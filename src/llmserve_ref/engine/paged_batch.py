@@ -87,6 +87,11 @@ class PagedBatch:
         self.storage = storage
         self.decode_kernel = decode_kernel or paged_decode_attention
         kinds = [c.kind for c in chunks]
+        if kinds != sorted(kinds):
+            raise ValueError(
+                "put every decode chunk (one token) first, then the chunks with guesses, "
+                "then the prompt chunks"
+            )
         self.num_decodes = kinds.count(0)
         self.num_short = self.num_decodes + kinds.count(1)  # decodes and guessing sequences
         self.prompts_from = sum(len(c.token_ids) for c in chunks[: self.num_short])  # in the row
