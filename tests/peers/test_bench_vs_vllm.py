@@ -60,10 +60,12 @@ def shared_flags(url: str, result_dir: Path, filename: str) -> list[str]:
     ]
 
 
-def run_command(command: list[str], env: dict[str, str] | None = None) -> None:
+def run_command(command: list[str], env: dict[str, str] | None = None) -> str:
+    """What `command` printed; it must succeed."""
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    output = (done.stdout + done.stderr)[-4000:]
-    assert done.returncode == 0, f"{' '.join(command)} failed:\n{output}"
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"{' '.join(command)} failed:\n{output[-4000:]}"
+    return output
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +75,23 @@ def files(ours, model_dir: Path, tmp_path_factory) -> dict[str, Path]:
     vllm_cli = Path(__file__).with_name("vllm_cli.py")
     vllm_only = ["--tokenizer", str(model_dir), "--dataset-name", "random"]
     theirs = [sys.executable, str(vllm_cli), "bench", "serve", *vllm_only]
-    run_command([*theirs, *shared_flags(ours.url, out, "vllm.json")], env=servers.vllm_env())
+    printed = run_command(
+        [*theirs, *shared_flags(ours.url, out, "vllm.json")], env=servers.vllm_env()
+    )
+    (out / "vllm.log").write_text(printed, encoding="utf-8")
     mine = [sys.executable, "-m", "llmserve_ref.cli", "bench"]
     run_command([*mine, *shared_flags(ours.url, out, "ours.json")])
     return {"vllm bench serve": out / "vllm.json", "llmserve-ref bench": out / "ours.json"}
+
+
+def test_vllms_client_finds_our_tokenize_route(files):
+    """vLLM's client asks the server's /tokenize for its first random prompt's length, to
+    re-align the prompts if the server counts differently, and warns when the route is
+    missing (it did against our server before the route existed)."""
+    printed = files["vllm bench serve"].with_name("vllm.log").read_text(encoding="utf-8")
+    assert "serve.py" in inspect.getsourcefile(serve)  # the client that printed this
+    assert "/tokenize unavailable" in inspect.getsource(serve)  # its warning, still its own
+    assert "WARNING: /tokenize unavailable" not in printed, printed[-4000:]
 
 
 def test_both_clients_count_the_same_requests_and_tokens(files):
