@@ -303,3 +303,61 @@ def test_logit_bias_and_min_tokens_steer_a_batched_request(target):
     assert out[0][: len(ended) - 1] == ended[:-1]
     assert eos not in out[0][: longer.min_tokens] and len(out[0]) >= longer.min_tokens
     assert out[1][0] != ended[0]
+
+
+class Guesser:
+    """A stand-in proposer: four guesses whatever it is shown; it keeps what it was shown."""
+
+    def __init__(self) -> None:
+        self.shown: list[list[int]] = []
+
+    def propose(self, token_ids: list[int]) -> list[int]:
+        self.shown.append(list(token_ids))
+        return [5, 6, 7, 8]
+
+
+SMALL = SchedulerConfig(token_budget=64, max_num_seqs=8, num_blocks=64, block_size=16)
+
+
+def test_guesses_are_asked_for_each_decoding_sequence_that_may_emit_two_tokens_more(target):
+    guesser, sizes = Guesser(), []
+
+    def max_guesses(batch_size: int) -> int:
+        sizes.append(batch_size)
+        return 2
+
+    core = EngineCore(target[0], SMALL, proposer=guesser, max_guesses=max_guesses)
+    for request_id, max_tokens in (("long", 10), ("two", 2), ("three", 3)):
+        core.add_request(EngineRequest([0, 9, 10], GREEDY, max_tokens, request_id=request_id))
+    core.step()  # the prompts: nothing decodes yet, nobody is asked
+    assert guesser.shown == [] and sizes == [0]
+    shown = [list(core.sequences[r].token_ids) for r in ("long", "three")]
+    core.step()  # "two" has one token to go: a step emits at least one, so no guess for it
+    assert guesser.shown == shown and sizes == [0, 3]  # the last step's batch size
+    spec = core.spec_decoding  # "long" checks 2 guesses (the rule's cap), "three" 1 (its room)
+    assert (spec.num_drafts, spec.num_draft_tokens) == (2, 3)
+
+
+@pytest.mark.parametrize(("max_guesses", "drafted"), [(lambda batch_size: 0, 0), (None, 4)])
+def test_no_guess_where_the_rule_says_none_and_every_guess_without_a_rule(
+    target, max_guesses, drafted
+):
+    guesser = Guesser()
+    core = EngineCore(target[0], SMALL, proposer=guesser, max_guesses=max_guesses)
+    core.add_request(EngineRequest([0, 9, 10], GREEDY, 10, request_id="a"))
+    core.step()
+    core.step()
+    assert len(guesser.shown) == (drafted > 0)
+    assert core.spec_decoding.num_draft_tokens == drafted
+
+
+def test_a_guess_accepted_earlier_in_the_step_is_output_the_penalties_see(target):
+    """Checking guesses draws each position as decoding one token at a time would: a guess
+    accepted at the position before is already output, and a repetition penalty weighs it."""
+    core = EngineCore(target[0], SMALL)
+    penalised = SamplingParams(temperature=0, repetition_penalty=2.0)
+    core.add_request(EngineRequest([0, 9, 10], penalised, 10, request_id="a"))
+    logits = torch.zeros(3, target[0].config.vocab_size)
+    logits[:2, 5], logits[1, 7] = 2.0, 1.9  # row 0 draws 5; row 1, 7 only if 5 is penalised
+    (emitted,) = core.sample_tokens(logits, [core.sequences["a"]], [[5, 7]], [0, 3])
+    assert emitted[:2] == [5, 7]
