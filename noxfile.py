@@ -335,7 +335,7 @@ def mutation(session: nox.Session) -> None:
     tests (tests/mutation/score.py): per module, mutants made, killed, survived, timed out,
     the survivors' lines; fails below 90% killed. `-- --record` writes recordings/mutation.json
     for the site's "How we test" page; `-- --module engine/scheduler.py` runs one (and with
-    --record replaces its row). About 20 minutes on two cores (recordings/mutation.json's
+    --record replaces its row). About 25 minutes on two cores (recordings/mutation.json's
     seconds): not in .ci/run, which has no room for it with 15 minutes to spare, but a job of
     its own in .github/workflows/tests.yml."""
     install(session, "tests")
