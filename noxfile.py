@@ -84,17 +84,21 @@ def tests(session: nox.Session, device: str) -> None:
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"  # Triton kernels run in its interpreter on the CPU
     # The slowest tests, printed: the session is meant to stay under 15 minutes on two cores.
-    # The `audit` tests (axe-core on every page) run in the site-audit session.
-    session.run("pytest", "--durations=25", "-m", "not audit", *args, env=env)
+    # The `audit` tests (axe-core on every page) run in the site-audit session, the `wheel`
+    # tests (a wheel built and installed in a fresh virtualenv, some 2 minutes) in notebooks.
+    session.run("pytest", "--durations=25", "-m", "not audit and not wheel", *args, env=env)
 
 
 @nox.session
 def notebooks(session: nox.Session) -> None:
     """Every topic page's notebook run in a fresh kernel and compared with its page (the tests
-    session runs only those of the pages a change touched, and one more: tests/site/)."""
+    session runs only those of the pages a change touched, and one more: tests/site/); then
+    the site's wheel installed by the pages' own lines into a fresh virtualenv, running a
+    snippet, a page's example and a page's notebook (tests/site/test_wheel.py)."""
     install(session, "tests")
     env = {**ENV, "LLMSERVE_DEVICE": "cpu", "TRITON_INTERPRET": "1", "LLMSERVE_NOTEBOOKS": "all"}
     session.run("pytest", "tests/site/test_notebooks.py", *session.posargs, env=env)
+    session.run("pytest", "tests/site/test_wheel.py", "-m", "wheel", *session.posargs, env=env)
 
 
 @nox.session

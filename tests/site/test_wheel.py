@@ -155,7 +155,7 @@ def installed(tmp_path_factory) -> Installed:
     return Installed(python, home, wheel, earlier, source)
 
 
-@pytest.mark.slow
+@pytest.mark.wheel
 def test_the_line_again_replaces_an_earlier_wheel_and_the_version_names_the_files(installed):
     def version_of(wheel: Path) -> str:
         return wheel.name.split("-")[1]
@@ -173,7 +173,7 @@ def test_the_line_again_replaces_an_earlier_wheel_and_the_version_names_the_file
     assert printed.stdout == f"llmserve-ref {version}\n"
 
 
-@pytest.mark.slow
+@pytest.mark.wheel
 def test_the_package_comes_from_the_wheel(installed):
     result = subprocess.run(
         [installed.python, "-c", "import llmserve_ref; print(llmserve_ref.__file__)"],
@@ -188,14 +188,14 @@ def test_the_package_comes_from_the_wheel(installed):
     assert not module.is_relative_to(ROOT)
 
 
-@pytest.mark.slow
+@pytest.mark.wheel
 def test_a_copied_snippet_prints_its_transcript(installed):
     copy = installed.outside / "snippet"
     shutil.copytree(SNIPPET.parent, copy)
     check_prints_its_transcript(copy / SNIPPET.name, python=str(installed.python))
 
 
-@pytest.mark.slow
+@pytest.mark.wheel
 def test_a_pages_first_example_prints_what_the_page_says(installed):
     blocks = []
     for region in CODE_BLOCKS.lexer(PageDocument.parse(str(PAGE))):
@@ -233,7 +233,7 @@ nbformat.write(notebook, sys.argv[3])
 """
 
 
-@pytest.mark.slow
+@pytest.mark.wheel
 def test_a_pages_notebook_runs_from_the_wheel_in_jupyter(installed):
     """A reader without a clone: the page's notebook as the site serves it, its `%pip
     install` cell included, run by Jupyter's own kernel and client (ipykernel and nbclient,
