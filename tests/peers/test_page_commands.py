@@ -5,7 +5,9 @@ and the engines session starts them itself (`servers.vllm_command`, `servers.our
 the page's blocks then run against those servers. So the flags must not drift apart: the
 page's two console commands, and its `KNOBS` list, are checked here against the session's
 commands, up to what differs on purpose (the model's path, the port, the interpreter, the
-``| tee`` of the log). Nothing here needs vLLM: this runs in `nox -s tests` too.
+``| tee`` of the log). So are the speculative-decoding page's two launches with prompt lookup
+and its `NGRAM`, against the second pair the session starts. Nothing here needs vLLM: this
+runs in `nox -s tests` too.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import pytest
 from . import servers
 
 PAGE = servers.ROOT / "docs" / "stage-9" / "running-a-serving-engine.md"
+SPECULATIVE_PAGE = servers.ROOT / "docs" / "stage-6" / "speculative-decoding.md"
 
 
-def console_commands() -> list[list[str]]:
+def console_commands(page: Path = PAGE) -> list[list[str]]:
     """Every `$ ...` command of the page's console blocks, continuation lines joined."""
-    blocks = re.findall(r"^```console\n(.*?)^```", PAGE.read_text(encoding="utf-8"), re.M | re.S)
+    blocks = re.findall(r"^```console\n(.*?)^```", page.read_text(encoding="utf-8"), re.M | re.S)
     text = "\n".join(blocks).replace("\\\n", " ")
     return [shlex.split(line[2:]) for line in text.splitlines() if line.startswith("$ ")]
 
@@ -43,28 +46,38 @@ def launch(words: list[str]) -> list[str]:
     return out
 
 
-def the_command(start: list[str]) -> list[str]:
-    found = [c for c in console_commands() if c[: len(start)] == start]
+def the_command(start: list[str], page: Path = PAGE) -> list[str]:
+    found = [c for c in console_commands(page) if c[: len(start)] == start]
     assert len(found) == 1, f"the page should have one command starting {' '.join(start)}"
     return found[0]
 
 
-def test_vllm_launch_matches_the_session():
-    page = the_command(["VLLM_TARGET_DEVICE=cpu", "python", "-m"])
+@pytest.mark.parametrize(("page", "config"), [(PAGE, None), (SPECULATIVE_PAGE, servers.NGRAM)])
+def test_vllm_launch_matches_the_session(page, config):
+    command = the_command(["VLLM_TARGET_DEVICE=cpu", "python", "-m"], page)
     session = servers.vllm_command(
-        Path("tiny"), 8000, servers.BLOCK_SIZE, servers.KV_CACHE_MEMORY_BYTES
+        Path("tiny"), 8000, servers.BLOCK_SIZE, servers.KV_CACHE_MEMORY_BYTES, config
     )
     assert servers.vllm_env()["VLLM_TARGET_DEVICE"] == "cpu"  # the page sets it on the line
-    assert launch(page[2:]) == launch(session[1:])  # from `-m`, past the interpreter
+    assert launch(command[2:]) == launch(session[1:])  # from `-m`, past the interpreter
 
 
-def test_our_launch_matches_the_session():
-    page = the_command(["llmserve-ref", "serve"])
-    session = servers.our_command(8001, servers.BLOCK_SIZE, servers.KV_CACHE_MEMORY_BYTES)
+@pytest.mark.parametrize(("page", "config"), [(PAGE, None), (SPECULATIVE_PAGE, servers.NGRAM)])
+def test_our_launch_matches_the_session(page, config):
+    command = the_command(["llmserve-ref", "serve"], page)
+    sizes = servers.BLOCK_SIZE, servers.KV_CACHE_MEMORY_BYTES
+    session = servers.our_command(8001, *sizes, config)
     # The session names the model (the default, tiny) and runs the module; the page, the command.
     session = ["llmserve-ref", *session[session.index("serve") :]]
     session = session[:2] + session[4:]  # without `--model tiny`
-    assert launch(page) == launch(session)
+    assert launch(command) == launch(session)
+
+
+def test_the_speculative_pages_ngram_is_the_sessions():
+    text = SPECULATIVE_PAGE.read_text(encoding="utf-8")
+    match = re.search(r"^NGRAM = (\{.*?\})$", text, re.M | re.S)
+    assert match, "the page defines NGRAM before its blocks that measure the servers"
+    assert ast.literal_eval(match[1]) == servers.NGRAM
 
 
 def test_the_pages_knobs_are_the_launch_knobs():

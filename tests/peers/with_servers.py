@@ -1,15 +1,18 @@
-"""Run a command while vLLM and llmserve-ref serve the tiny model; stop both after it.
+"""Run a command while vLLM and llmserve-ref serve the tiny model; stop them after it.
 
     python tests/peers/with_servers.py pytest tests/peers \
         docs/stage-9/running-a-serving-engine.md
 
 This is what `nox -s engines` runs. Both servers start once, with the flags of the launch
 commands on the page (`servers.knobs`): vLLM's CPU build in float32 on a copy of the model,
-and ``llmserve-ref serve``. The command then runs with the environment that says where
-they are (`servers.page_env`):
+and ``llmserve-ref serve``; then the same two with prompt lookup (``--speculative-config``
+with `servers.NGRAM`), which the speculative-decoding page measures against the first two.
+The command then runs with the environment that says where they are (`servers.page_env`):
 
     VLLM_BASE_URL, LLMSERVE_BASE_URL   the servers' OpenAI base URLs (http://127.0.0.1:PORT/v1)
     VLLM_LOG, LLMSERVE_LOG             their logs, which hold the startup lines
+    VLLM_NGRAM_BASE_URL, VLLM_NGRAM_LOG, LLMSERVE_NGRAM_BASE_URL, LLMSERVE_NGRAM_LOG
+                                       the same for the two that speculate
     LLAMA_CPP_BASE_URL, LLAMA_CPP_LOG  the same for llama.cpp on our GGUF export, where
                                        llama-cpp-python is installed (the engines session)
     LLMSERVE_ENGINES=1                 the page's vLLM blocks run instead of skipping
@@ -41,22 +44,16 @@ def main(command: list[str]) -> int:
         # A copy of the model, so that nothing vLLM writes lands in the package.
         model_dir = Path(shutil.copytree(servers.MODEL_DIR, root / "tiny"))
         started = time.monotonic()
-        vllm = up.enter_context(
-            servers.vllm_server(
-                model_dir,
-                root,
-                kv_cache_memory_bytes=servers.KV_CACHE_MEMORY_BYTES,
-                block_size=servers.BLOCK_SIZE,
-            )
-        )
-        ours = up.enter_context(
-            servers.our_server(
-                root,
-                kv_cache_memory_bytes=servers.KV_CACHE_MEMORY_BYTES,
-                block_size=servers.BLOCK_SIZE,
-            )
-        )
-        running = [vllm, ours]
+        sizes = {
+            "kv_cache_memory_bytes": servers.KV_CACHE_MEMORY_BYTES,
+            "block_size": servers.BLOCK_SIZE,
+        }
+        running = []
+        for config in (None, servers.NGRAM):  # the plain pair, then the pair that guesses
+            vllm = servers.vllm_server(model_dir, root, speculative_config=config, **sizes)
+            running.append(up.enter_context(vllm))
+            ours = servers.our_server(root, speculative_config=config, **sizes)
+            running.append(up.enter_context(ours))
         if servers.HAVE_LLAMA_CPP:  # the engines session installs it; its tests skip without
             running.append(up.enter_context(servers.llama_cpp_server(model_dir, root)))
         for server in running:

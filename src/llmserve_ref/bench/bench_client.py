@@ -44,6 +44,7 @@ import dataclasses
 import functools
 import json
 import math
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +60,8 @@ from llmserve_ref.bench.bench_metrics import (
     Summary,
     summarize,
 )
-from llmserve_ref.model.corpus import heldout_documents
+from llmserve_ref.model import corpus
+from llmserve_ref.model.corpus import HELDOUT_SEED, heldout_documents
 from llmserve_ref.model.tokenizer import Tokenizer
 from llmserve_ref.model.weights import TARGET_DIR
 from llmserve_ref.planning.slo import SLO
@@ -151,6 +153,32 @@ def make_prompt(num_tokens: int, rng: np.random.Generator) -> str:
     tokenizer, ids = _corpus_ids()
     start = int(rng.integers(0, len(ids) - num_tokens))
     return tokenizer.decode(ids[start : start + num_tokens].tolist())
+
+
+def retell_prompts(count: int, seed: int) -> list[str]:
+    """`count` prompts that the model answers by repeating them: a story's first 59 tokens,
+    then its first 12 again, so that having read how the story starts, the model tells it
+    again. That is text prompt lookup (speculative decoding's ``ngram``) can guess from.
+
+    The stories (stories only: no chat turn, whose markers our server stops at and vLLM
+    does not) come from the corpus's generator seeded by the held-out split's seed plus
+    `seed`, so that runs with different seeds send different prompts, as the benchmark
+    harness needs:
+
+    >>> first = retell_prompts(1, seed=1)[0]
+    >>> print(first[:54])
+    Once upon a time, there was a quiet dragon named Finn.
+    >>> print(first[-60:])
+    to find his Once upon a time, there was a quiet dragon named
+    >>> retell_prompts(1, seed=2) != [first]
+    True
+    """
+    tokenizer, _ = _corpus_ids()
+    rng = random.Random(HELDOUT_SEED + seed)
+    stories = [corpus.story(rng) for _ in range(count)]
+    return [
+        tokenizer.decode(tokenizer.encode(s)[:59] + tokenizer.encode(" " + s)[:12]) for s in stories
+    ]
 
 
 def request_specs(config: BenchConfig) -> Iterator[RequestSpec]:
