@@ -38,7 +38,8 @@ from transformers import LlamaForCausalLM
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import logging as hf_logging
 
-from llmserve_ref.bench.bench_client import BenchConfig, make_prompt, run
+from llmserve_ref.bench.bench_client import BenchConfig, run
+from llmserve_ref.bench.prompts import make_prompt
 from llmserve_ref.engine.batched_engine import BatchedEngine
 from llmserve_ref.engine.interface import Engine, EngineRequest
 from llmserve_ref.engine.loop_engine import LoopEngine

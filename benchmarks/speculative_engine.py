@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmserve_ref.bench.bench_client import make_prompt, retell_prompts
+from llmserve_ref.bench.prompts import make_prompt, retell_prompts
 from llmserve_ref.engine.batched_engine import BatchedEngine
 from llmserve_ref.engine.engine_config import EngineConfig
 from llmserve_ref.engine.interface import Engine, EngineRequest

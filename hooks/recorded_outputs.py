@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from package_values import substitute
 from snippets_resolver import resolve_includes
 
 # The package's content hash has one home, the package (its version carries it too); the
@@ -189,6 +190,21 @@ def with_outputs(
             out.append(left_out(stale, fence["indent"]))
         last = fence.end() + 1
     return "".join(out) + markdown[last:]
+
+
+def current_output(page: Path, device: str, marker: str) -> str | None:
+    """What the block of `page` whose recording on `device` contains `marker` printed, if
+    that recording is current: how a figure draws a measurement the page printed. None when
+    no block's recording has it, or when it is stale (the block or the package changed since
+    it ran), so that a figure never shows what the page would leave out."""
+    resolved = resolve_includes(substitute(page.read_text(encoding="utf-8")))
+    recordings = load(page)
+    for index, block in enumerate(FENCE.finditer(resolved)):
+        run = recordings.get(index, {}).get(device)
+        if run is not None and marker in run.output:
+            key = key_of(dedent(block["body"], block["indent"]), _package())
+            return run.output if run.key == key else None
+    return None
 
 
 def dedent(body: str, indent: str) -> str:

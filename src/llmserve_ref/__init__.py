@@ -39,7 +39,7 @@ model/, the tiny Llama and what runs one sequence on it:
   Pages: stage-3/run-a-model-locally, stage-8/prefix-caching.
 * ``model.corpus``: the tiny models' training text, written by a seeded story generator.
   Pages: stage-1/tokens-and-the-generation-loop, stage-2/sampling-and-decoding,
-  stage-5/mqa-and-gqa, stage-6/quantization, stage-6/speculative-decoding.
+  stage-5/mqa-and-gqa, stage-6/quantization.
 * ``model.detokenizer``: token ids to the text a client may see, one token at a time.
   Pages: stage-6/streaming.
 * ``model.forward_step``: one forward pass of new tokens after cached ones, ready to time.
@@ -240,13 +240,17 @@ bench/, a server measured from outside:
   Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint,
   stage-6/static-vs-continuous-batching, stage-9/running-a-serving-engine.
 * ``bench.bench_harness``: servers side by side: loads × runs, fresh prompts, min-median-max.
-  Pages: stage-9/running-a-serving-engine.
+  Pages: stage-6/speculative-decoding, stage-9/running-a-serving-engine.
 * ``bench.bench_metrics``: benchmark numbers (TTFT, TPOT, ITL, goodput) from request timelines.
   Pages: stage-5/ttft-tpot-throughput, stage-6/benchmark-an-endpoint.
 * ``bench.bench_result``: the result file in `vllm bench serve`'s format, and its one reader.
-  Pages: stage-6/benchmark-an-endpoint, stage-9/running-a-serving-engine.
+  Pages: stage-6/benchmark-an-endpoint.
 * ``bench.fake_server``: a server with known latencies, to check a benchmark client.
   Pages: stage-6/benchmark-an-endpoint.
+* ``bench.prompts``: the benchmark's prompts: story slices of exact lengths, and retellings.
+  Pages: stage-6/speculative-decoding, stage-9/running-a-serving-engine.
+* ``bench.vllm_bench``: `vllm bench serve` as a harness client (needs vLLM installed).
+  Pages: stage-6/speculative-decoding, stage-9/running-a-serving-engine.
 
 cli.py, above every layer:
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import recorded_outputs
 from pages import CODE_BLOCKS, DOCS, CodeBlocks, PageDocument, Recorder, pages, resolve_includes
-from recorded_outputs import FENCE, dedent, key_of, load, with_outputs
+from recorded_outputs import FENCE, current_output, dedent, key_of, load, with_outputs
 from sybil import Sybil
 from sybil.parsers.markdown import SkipParser
 
@@ -98,13 +98,19 @@ def test_a_block_that_prints_fails_until_recorded_and_again_when_it_changes(docs
     assert len(failures) == 1 and "no current recording on cpu" in str(failures[0])
 
 
-def test_the_page_shows_current_outputs_and_says_when_one_was_left_out(docs):
-    page = docs / "page.md"
-    page.write_text(PAGE)
+def record(page: Path, text: str) -> Recorder:
+    """Write `text` as `page`, run its blocks and record what they print."""
+    page.write_text(text)
     recorder = Recorder()
     recorder.record = True
     run(page, recorder)
     recorder.save()
+    return recorder
+
+
+def test_the_page_shows_current_outputs_and_says_when_one_was_left_out(docs):
+    page = docs / "page.md"
+    recorder = record(page, PAGE)
     package = recorder.package
     shown = with_outputs(PAGE, PAGE, load(page), package)
     assert shown.count('!!! output "Output (cpu:') == 2
@@ -118,12 +124,19 @@ def test_the_page_shows_current_outputs_and_says_when_one_was_left_out(docs):
 def test_a_pycon_block_that_shows_all_it_printed_gets_no_panel(docs):
     page = docs / "page.md"
     text = "```pycon\n>>> 6 * 7\n42\n```\n"
-    page.write_text(text)
-    recorder = Recorder()
-    recorder.record = True
-    run(page, recorder)
-    recorder.save()
+    recorder = record(page, text)
     assert "!!! output" not in with_outputs(text, text, load(page), recorder.package)
+
+
+def test_a_figure_reads_a_blocks_current_output_and_nothing_stale(docs):
+    page = docs / "page.md"
+    record(page, PAGE)
+    assert current_output(page, "cpu", "six times") == "six times seven is 42\n"
+    assert current_output(page, "cpu", "time.time()").startswith(">>> import time")
+    assert current_output(page, "cpu", "nobody printed this") is None
+    assert current_output(page, "cuda", "six times") is None  # recorded on the CPU only
+    page.write_text(PAGE.replace("6 * 7", "7 * 6"))
+    assert current_output(page, "cpu", "six times") is None  # stale: the block changed
 
 
 def panels_expected(page: Path) -> tuple[int, int]:

@@ -25,12 +25,12 @@ timestamped the moment it is read, nothing is validated into objects on the way,
 and fields a server adds (such as llama.cpp's ``timings``) stay visible.
 
 Prompts are slices of the project's held-out stories, cut to an exact number of
-tokens of the tiny models' tokenizer, like the random prompts of `vllm bench serve
---dataset-name random`; against another model the counts are close, and the usage
-chunk reports the true ones. ``ignore_eos: true`` asks the server not to stop at its
-end token (vLLM, SGLang and llama.cpp honour it), on by default as vLLM's random
-dataset turns it on; a server that stops early anyway returns fewer tokens than
-`max_tokens`, which the summary counts as "stopped before max_tokens".
+tokens of the tiny models' tokenizer (`llmserve_ref.bench.prompts`), like the random
+prompts of `vllm bench serve --dataset-name random`; against another model the counts
+are close, and the usage chunk reports the true ones. ``ignore_eos: true`` asks the
+server not to stop at its end token (vLLM, SGLang and llama.cpp honour it), on by
+default as vLLM's random dataset turns it on; a server that stops early anyway returns
+fewer tokens than `max_tokens`, which the summary counts as "stopped before max_tokens".
 
 The command ``llmserve-ref bench`` (its flags and its report) is
 `llmserve_ref.bench.bench_cli`; the result file it saves is
@@ -41,10 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import json
 import math
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -60,10 +58,7 @@ from llmserve_ref.bench.bench_metrics import (
     Summary,
     summarize,
 )
-from llmserve_ref.model import corpus
-from llmserve_ref.model.corpus import HELDOUT_SEED, heldout_documents
-from llmserve_ref.model.tokenizer import Tokenizer
-from llmserve_ref.model.weights import TARGET_DIR
+from llmserve_ref.bench.prompts import make_prompt
 from llmserve_ref.planning.slo import SLO
 from llmserve_ref.planning.workload import (
     Fixed,
@@ -130,55 +125,6 @@ class BenchConfig:
     def users(self) -> int | None:
         """The closed loop's number of users: `max_concurrency` without a request rate."""
         return self.max_concurrency if math.isinf(self.request_rate) else None
-
-
-@functools.cache
-def _corpus_ids() -> tuple[Tokenizer, np.ndarray]:
-    tokenizer = Tokenizer.from_file(TARGET_DIR)
-    ids = tokenizer.encode(" ".join(heldout_documents(200)))
-    special = {tokenizer.bos_id, tokenizer.eos_id, tokenizer.user_id, tokenizer.assistant_id}
-    return tokenizer, np.array([i for i in ids if i not in special])
-
-
-def make_prompt(num_tokens: int, rng: np.random.Generator) -> str:
-    """A slice of `num_tokens` tokens of held-out story text, from a random place.
-
-    Every request gets a different slice, so a server's prefix cache cannot make
-    the benchmark faster than real traffic would be.
-
-    >>> tokenizer, _ = _corpus_ids()
-    >>> len(tokenizer.encode(make_prompt(50, np.random.default_rng(0))))
-    50
-    """
-    tokenizer, ids = _corpus_ids()
-    start = int(rng.integers(0, len(ids) - num_tokens))
-    return tokenizer.decode(ids[start : start + num_tokens].tolist())
-
-
-def retell_prompts(count: int, seed: int) -> list[str]:
-    """`count` prompts that the model answers by repeating them: a story's first 59 tokens,
-    then its first 12 again, so that having read how the story starts, the model tells it
-    again. That is text prompt lookup (speculative decoding's ``ngram``) can guess from.
-
-    The stories (stories only: no chat turn, whose markers our server stops at and vLLM
-    does not) come from the corpus's generator seeded by the held-out split's seed plus
-    `seed`, so that runs with different seeds send different prompts, as the benchmark
-    harness needs:
-
-    >>> first = retell_prompts(1, seed=1)[0]
-    >>> print(first[:54])
-    Once upon a time, there was a quiet dragon named Finn.
-    >>> print(first[-60:])
-    to find his Once upon a time, there was a quiet dragon named
-    >>> retell_prompts(1, seed=2) != [first]
-    True
-    """
-    tokenizer, _ = _corpus_ids()
-    rng = random.Random(HELDOUT_SEED + seed)
-    stories = [corpus.story(rng) for _ in range(count)]
-    return [
-        tokenizer.decode(tokenizer.encode(s)[:59] + tokenizer.encode(" " + s)[:12]) for s in stories
-    ]
 
 
 def request_specs(config: BenchConfig) -> Iterator[RequestSpec]:

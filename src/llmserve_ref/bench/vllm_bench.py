@@ -8,6 +8,7 @@ token or times a request. It needs vLLM installed (``nox -s engines``); nothing 
 the package does, so it is imported only when a client is made.
 """
 
+# --8<-- [start:client]
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +25,6 @@ from llmserve_ref.bench.bench_result import SavedResult
 Prompts = Callable[[int, int], list[str]]
 
 
-# --8<-- [start:client]
 def vllm_client(
     tokenizer: Path,
     requests_at: Callable[[int], int],
