@@ -6,8 +6,8 @@ the page's blocks then run against those servers. So the flags must not drift ap
 page's two console commands, and its `KNOBS` list, are checked here against the session's
 commands, up to what differs on purpose (the model's path, the port, the interpreter, the
 ``| tee`` of the log). So are the speculative-decoding page's two launches with prompt lookup
-and its `NGRAM`, against the second pair the session starts. Nothing here needs vLLM: this
-runs in `nox -s tests` too.
+(their ``--speculative-config`` included), against the second pair the session starts.
+Nothing here needs vLLM: this runs in `nox -s tests` too.
 """
 
 from __future__ import annotations
@@ -71,13 +71,6 @@ def test_our_launch_matches_the_session(page, config):
     session = ["llmserve-ref", *session[session.index("serve") :]]
     session = session[:2] + session[4:]  # without `--model tiny`
     assert launch(command) == launch(session)
-
-
-def test_the_speculative_pages_ngram_is_the_sessions():
-    text = SPECULATIVE_PAGE.read_text(encoding="utf-8")
-    match = re.search(r"^NGRAM = (\{.*?\})$", text, re.M | re.S)
-    assert match, "the page defines NGRAM before its blocks that measure the servers"
-    assert ast.literal_eval(match[1]) == servers.NGRAM
 
 
 def test_the_pages_knobs_are_the_launch_knobs():

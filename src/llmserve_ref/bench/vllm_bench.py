@@ -8,9 +8,9 @@ token or times a request. It needs vLLM installed (``nox -s engines``); nothing 
 the package does, so it is imported only when a client is made.
 """
 
-# --8<-- [start:client]
 from __future__ import annotations
 
+# --8<-- [start:client]
 import contextlib
 import io
 import json
