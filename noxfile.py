@@ -257,13 +257,14 @@ def timed(session: nox.Session, timings: dict[str, float], phase: str) -> Iterat
 
 def installed_version(session: nox.Session, distribution: str) -> str:
     """The version of `distribution` in the session's virtualenv, or "" if it is absent (run
-    under --install-only too, as installing is what it decides)."""
+    under --install-only too, as installing is what it decides; under --no-install, as with
+    `-R`, it runs nothing and says "", and the installs it guards are skipped anyway)."""
     script = (
         "import importlib.metadata as m\n"
         f"try: print(m.version({distribution!r}))\n"
         "except m.PackageNotFoundError: print()"
     )
-    return session.run_install("python", "-c", script, silent=True).strip()
+    return (session.run_install("python", "-c", script, silent=True) or "").strip()
 
 
 @nox.session(venv_backend="venv")
