@@ -90,7 +90,9 @@ def test_the_clock_starts_again_after_each_response_on_a_kept_alive_connection(h
             client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
             started = time.monotonic()
             assert client.recv(1024) == b""  # closed by the server
-            assert 0.3 <= time.monotonic() - started < 5
+            # The server's clock starts when it finishes the response, a moment before
+            # this client sends again: so a little under 0.3 s from here, never much.
+            assert 0.25 <= time.monotonic() - started < 5
 
 
 @pytest.mark.parametrize("http", PROTOCOLS)
