@@ -93,6 +93,8 @@ engine/, many requests on one model:
   stage-8/prefix-caching.
 * ``engine.core_worker``: the engine core's loop in its own process or thread, and its messages.
   Pages: none.
+* ``engine.draft_proposer``: a draft model guesses each sequence's next tokens, its KV paged too.
+  Pages: stage-6/speculative-decoding.
 * ``engine.engine_core``: the engine core: continuous batching on paged KV, one step at a time.
   Pages: stage-6/speculative-decoding, stage-7/pagedattention, stage-8/paged-kv-allocator,
   stage-8/prefix-caching.

@@ -200,7 +200,8 @@ def add_engine_flags(group: argparse._ArgumentGroup) -> None:
         type=speculative_config,
         default=defaults.speculative_config,
         help="speculative decoding, as vLLM takes it: a JSON object, e.g. "
-        """'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'; """
+        """'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}' or """
+        """'{"method": "draft_model", "model": "tiny-draft", "num_speculative_tokens": 4}'; """
         "None: off",
     )
 

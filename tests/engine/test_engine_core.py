@@ -16,14 +16,16 @@ import random
 import pytest
 import torch
 
+from llmserve_ref.engine.draft_proposer import DraftProposer
 from llmserve_ref.engine.engine_core import EngineCore, generate_batch
 from llmserve_ref.engine.interface import EngineRequest
 from llmserve_ref.engine.request import RequestStatus
 from llmserve_ref.engine.scheduler_config import SchedulerConfig
 from llmserve_ref.model import corpus
 from llmserve_ref.model.generate import generate
+from llmserve_ref.model.llama import Llama
 from llmserve_ref.model.sampling import SamplingParams
-from llmserve_ref.model.weights import load_target
+from llmserve_ref.model.weights import load_draft, load_target
 
 GREEDY = SamplingParams(temperature=0)
 NEAR_TIE = 1e-4
@@ -361,3 +363,41 @@ def test_a_guess_accepted_earlier_in_the_step_is_output_the_penalties_see(target
     logits[:2, 5], logits[1, 7] = 2.0, 1.9  # row 0 draws 5; row 1, 7 only if 5 is penalised
     (emitted,) = core.sample_tokens(logits, [core.sequences["a"]], [[5, 7]], [0, 3])
     assert emitted[:2] == [5, 7]
+
+
+def test_a_draft_model_fills_its_guesses_after_scheduling_and_keeps_its_kv_every_step(
+    target, prompts
+):
+    """The core runs the draft on every step, guessing or not (its KV must cover every
+    block the target computes), after the scheduler has sized the guesses and given the
+    step its blocks; the tokens are generate's."""
+    model = target[0]
+    drafter = DraftProposer(load_draft("cpu")[0], SMALL.num_blocks, SMALL.block_size, 3)
+    calls = []
+    fill = drafter.draft
+
+    def draft(out, running):
+        calls.append((dict(out.num_scheduled_tokens), set(running)))
+        fill(out, running)
+
+    drafter.draft = draft
+    core = EngineCore(model, SMALL, proposer=drafter, max_guesses=lambda batch_size: 0)
+    outputs = generate_batch(core, prompts[:2], GREEDY, max_tokens=6)
+    assert outputs == [reference(model, [p], 6)[0] for p in prompts[:2]]
+    assert len(calls) == core.num_steps and core.spec_decoding.num_drafts == 0  # no guesses
+    assert all(scheduled.keys() <= running for scheduled, running in calls)
+    unguessed_steps = core.num_steps
+    core = EngineCore(model, SMALL, proposer=drafter)
+    assert generate_batch(core, prompts[:2], GREEDY, max_tokens=6) == outputs
+    assert core.spec_decoding.num_accepted_tokens > 0 and core.num_steps < unguessed_steps
+
+
+def test_a_draft_that_does_not_share_the_tokenizer_or_the_blocks_is_refused(target):
+    model, _ = target
+    other = Llama(dataclasses.replace(model.config, vocab_size=500))
+    with pytest.raises(ValueError, match=r"vocabulary \(500 tokens\) is not the target's \(948\)"):
+        EngineCore(model, SMALL, proposer=DraftProposer(other, 64, 16, 4))
+    for num_blocks, block_size in ((32, 16), (64, 8)):
+        with pytest.raises(ValueError, match="same number, size"):
+            EngineCore(model, SMALL, proposer=DraftProposer(model, num_blocks, block_size, 4))
+    EngineCore(model, SMALL, proposer=DraftProposer(model, 64, 16, 4))  # the same: fine

@@ -1,7 +1,7 @@
 """Speculative decoding in the engine core changes no token, only how many a step emits.
 
-The oracle is the same engine core without a proposer: with prompt lookup guessing,
-every sequence of a mixed batch (prompts chunking beside speculating decodes, forks,
+The oracle is the same engine core without a proposer: with prompt lookup or the draft
+model guessing, every sequence of a mixed batch (prompts chunking beside speculating decodes, forks,
 preemptions, stop tokens, penalties, seeds) must get the same tokens, the same finish
 reasons and the same logprobs. The sampled path is also checked against the model's
 own distribution (a chi-square test), and the rollback against the block manager's
@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from llmserve_ref.engine.block_invariants import check_blocks
+from llmserve_ref.engine.draft_proposer import DraftProposer
 from llmserve_ref.engine.engine_core import EngineCore
 from llmserve_ref.engine.interface import EngineRequest, TokenOutput
 from llmserve_ref.engine.kv_block import blocks_for
@@ -27,7 +28,7 @@ from llmserve_ref.engine.speculative_config import SpeculativeConfig
 from llmserve_ref.model import corpus
 from llmserve_ref.model.generate import generate
 from llmserve_ref.model.sampling import SamplingParams
-from llmserve_ref.model.weights import load_target
+from llmserve_ref.model.weights import load_draft, load_target
 
 GREEDY = SamplingParams(temperature=0)
 LOOKUP = NgramProposer(prompt_lookup_min=1, prompt_lookup_max=4, num_speculative_tokens=4)
@@ -36,6 +37,24 @@ LOOKUP = NgramProposer(prompt_lookup_min=1, prompt_lookup_max=4, num_speculative
 @pytest.fixture(scope="module")
 def target():
     return load_target("cpu")
+
+
+@pytest.fixture(scope="module")
+def draft():
+    return load_draft("cpu")[0]
+
+
+@pytest.fixture(params=["lookup", "draft"])
+def guesser(request, draft):
+    """A proposer for an engine with `config`'s blocks: prompt lookup, or the draft model
+    (4 guesses each), whose KV is paged in those blocks."""
+
+    def make(config: SchedulerConfig):
+        if request.param == "lookup":
+            return LOOKUP
+        return DraftProposer(draft, config.num_blocks, config.block_size, 4)
+
+    return make
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +129,7 @@ def rollback_holds(core: EngineCore) -> None:
     ids=["whole-prompts", "chunked-beside-guesses", "block-size-1"],
 )
 def test_greedy_output_with_guesses_is_the_output_without(
-    target, prompts, token_budget, block_size
+    target, prompts, guesser, token_budget, block_size
 ):
     model, _ = target
     config = SchedulerConfig(
@@ -120,7 +139,7 @@ def test_greedy_output_with_guesses_is_the_output_without(
         num_blocks=2048 // block_size,
     )
     plain = run(EngineCore(model, config), requests_for(prompts, GREEDY))
-    speculating = EngineCore(model, config, proposer=LOOKUP)
+    speculating = EngineCore(model, config, proposer=guesser(config))
     guessed = run(speculating, requests_for(prompts, GREEDY), rollback_holds)
     same_outputs(guessed, plain)
     # It did speculate, and guessed right and wrong: both paths ran.
@@ -133,7 +152,7 @@ def test_greedy_output_with_guesses_is_the_output_without(
     assert speculating.scheduler.block_manager.num_used_blocks == 0
 
 
-def test_sampling_penalties_stops_and_logprobs_are_unchanged_by_guesses(target, prompts):
+def test_sampling_penalties_stops_and_logprobs_are_unchanged_by_guesses(target, prompts, guesser):
     """Seeded draws at each guessed position are the draws decoding one token at a time
     makes: the same generator, the same history (penalties and min_tokens see the
     accepted guesses), so the same tokens; a stop token among the guesses ends it."""
@@ -150,14 +169,14 @@ def test_sampling_penalties_stops_and_logprobs_are_unchanged_by_guesses(target, 
     config = SchedulerConfig(token_budget=48, max_num_seqs=12, block_size=8, num_blocks=512)
     eos = {tokenizer.eos_id}
     plain = run(EngineCore(model, config, stop_token_ids=eos), requests_for(prompts, params, 48))
-    core = EngineCore(model, config, stop_token_ids=eos, proposer=LOOKUP)
+    core = EngineCore(model, config, stop_token_ids=eos, proposer=guesser(config))
     guessed = run(core, requests_for(prompts, params, 48), rollback_holds)
     same_outputs(guessed, plain)
     assert core.spec_decoding.num_accepted_tokens > 0
     assert any(o[-1].finish_reason == "stop" for o in plain.values()), "no request stopped"
 
 
-def test_preemption_and_prefix_hits_beside_guesses_change_no_token(target, prompts):
+def test_preemption_and_prefix_hits_beside_guesses_change_no_token(target, prompts, guesser):
     model, _ = target
     shared = prompts[0][:32]
     batch = [shared + p[1:20] for p in prompts[:10]]
@@ -165,7 +184,7 @@ def test_preemption_and_prefix_hits_beside_guesses_change_no_token(target, promp
         token_budget=48, max_num_seqs=8, block_size=8, num_blocks=36, watermark=0.0
     )
     plain = run(EngineCore(model, config), requests_for(batch, GREEDY, 40))
-    core = EngineCore(model, config, proposer=LOOKUP)
+    core = EngineCore(model, config, proposer=guesser(config))
     guessed = run(core, requests_for(batch, GREEDY, 40), rollback_holds)
     same_outputs(guessed, plain)
     bm = core.scheduler.block_manager
@@ -177,13 +196,15 @@ def test_preemption_and_prefix_hits_beside_guesses_change_no_token(target, promp
     assert bm.num_used_blocks == 0
 
 
-def test_a_cached_prefix_written_while_speculating_holds_only_verified_tokens(target, prompts):
+def test_a_cached_prefix_written_while_speculating_holds_only_verified_tokens(
+    target, prompts, guesser
+):
     """A rejected guess's keys and values never reach the prefix cache: a request that then
     continues a finished one's whole text, from its cached blocks, gets what `generate`
     gives that text."""
     model, _ = target
     config = SchedulerConfig(token_budget=64, max_num_seqs=4, block_size=4, num_blocks=256)
-    core = EngineCore(model, config, proposer=LOOKUP)
+    core = EngineCore(model, config, proposer=guesser(config))
     first = run(core, requests_for(prompts[:4], GREEDY, 40))
     assert (
         core.spec_decoding.num_accepted_tokens < core.spec_decoding.num_draft_tokens
@@ -202,17 +223,12 @@ def test_a_cached_prefix_written_while_speculating_holds_only_verified_tokens(ta
         assert [o.token_id for o in again[f"again-{i}"]] == list(generate(model, text, GREEDY, 8))
 
 
-def test_rollback_after_a_fork_lets_go_of_no_block_another_sequence_holds(target, prompts):
+def test_rollback_after_a_fork_lets_go_of_no_block_another_sequence_holds(target, prompts, guesser):
     model, _ = target
     config = SchedulerConfig(token_budget=64, max_num_seqs=8, block_size=8, num_blocks=256)
     prompt = prompts[2][:61]  # the shared prompt ends inside a block: forks copy it
 
-    def forks():
-        params = [SamplingParams(temperature=0.8, seed=s) for s in range(4)]
-        requests = requests_for([prompt] * 4, params, 32)
-        return [requests[0]] + [dataclasses.replace(r, fork_of="0") for r in requests[1:]]
-
-    core = EngineCore(model, config, proposer=LOOKUP)
+    core = EngineCore(model, config, proposer=guesser(config))
     bm = core.scheduler.block_manager
     truncate = bm.truncate
     released = []
@@ -225,20 +241,23 @@ def test_rollback_after_a_fork_lets_go_of_no_block_another_sequence_holds(target
         truncate(seq_id, num_tokens)
 
     bm.truncate = truncate_checked
-    guessed = run(core, forks(), rollback_holds)
-    same_outputs(guessed, run(EngineCore(model, config), forks()))
+    guessed = run(core, forks_of(prompt), rollback_holds)
+    same_outputs(guessed, run(EngineCore(model, config), forks_of(prompt)))
     assert released, "no guess was rolled back"
     assert len({tuple(o.token_id for o in out) for out in guessed.values()}) > 1  # they differ
 
 
-def test_a_seeded_request_alone_equals_it_among_others_while_speculating(target, prompts):
+def test_a_seeded_request_alone_equals_it_among_others_while_speculating(target, prompts, guesser):
     model, _ = target
     params = [SamplingParams(temperature=0.9, top_p=0.95, seed=s) for s in range(len(prompts))]
     config = SchedulerConfig(token_budget=64, max_num_seqs=12, block_size=16, num_blocks=256)
-    together = run(EngineCore(model, config, proposer=LOOKUP), requests_for(prompts, params, 24))
+    together = run(
+        EngineCore(model, config, proposer=guesser(config)), requests_for(prompts, params, 24)
+    )
     for i in (0, 3):
         alone = run(
-            EngineCore(model, config, proposer=LOOKUP), requests_for([prompts[i]], [params[i]], 24)
+            EngineCore(model, config, proposer=guesser(config)),
+            requests_for([prompts[i]], [params[i]], 24),
         )
         assert [o.token_id for o in together[str(i)]] == [o.token_id for o in alone["0"]]
 
@@ -274,12 +293,14 @@ class Guess:
     [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_p=0.9)],
     ids=["t1.0", "t0.7-top-p0.9"],
 )
-def test_a_guessed_position_keeps_the_models_distribution(target, params):
+@pytest.mark.parametrize("guessing", ["fixed-guess", "draft"])
+def test_a_guessed_position_keeps_the_models_distribution(target, draft, params, guessing):
     """The second output token, drawn at a guessed position (the first decode step checks
     one guess, as max_tokens leaves room for two more), is distributed as the model says:
     600 seeded sequences, 48 a step, chi-square against the model's distribution. The
     prompt is a held-out story cut where its next token is near certain (".", probability
-    0.99+), and the guess is the likeliest second token, so guesses pass and fail often."""
+    0.99+), and the guess is the likeliest second token (given), or the draft model's
+    (greedy, from its paged KV), so guesses pass and fail often."""
     model, tokenizer = target
     prompt = tokenizer.encode(corpus.heldout_documents(1)[0], add_bos=True)[:55]
     period = tokenizer.encode(".")[0]
@@ -287,7 +308,12 @@ def test_a_guessed_position_keeps_the_models_distribution(target, params):
         logits = model(torch.tensor([[*prompt, period]]))[0, -1:]
     probs = probabilities(logits, params)[0].double()
     config = SchedulerConfig(token_budget=256, max_num_seqs=48, block_size=16, num_blocks=512)
-    core = EngineCore(model, config, proposer=Guess(int(probs.argmax())))
+    proposer = (
+        Guess(int(probs.argmax()))
+        if guessing == "fixed-guess"
+        else DraftProposer(draft, config.num_blocks, config.block_size, 1)
+    )
+    core = EngineCore(model, config, proposer=proposer)
     seeded = [dataclasses.replace(params, seed=s) for s in range(600)]
     outputs = run(core, requests_for([prompt] * 600, seeded, 3, ignore_eos=True))
     seconds = [out[1].token_id for out in outputs.values() if out[0].token_id == period]
@@ -325,3 +351,10 @@ def test_above_a_batch_size_the_rule_turns_guessing_off_and_nothing_else_changes
     # A step's guesses are sized by the batch of the step before it.
     guessing = [sizes[i - 1] for i in range(1, len(sizes)) if drafts[i] > drafts[i - 1]]
     assert guessing and max(guessing) <= 3 and max(sizes) == 6
+
+
+def forks_of(prompt, max_tokens=32) -> list[EngineRequest]:
+    """Four seeded samples of one prompt, the last three forks of the first."""
+    params = [SamplingParams(temperature=0.8, seed=s) for s in range(4)]
+    requests = requests_for([prompt] * 4, params, max_tokens)
+    return [requests[0]] + [dataclasses.replace(r, fork_of="0") for r in requests[1:]]

@@ -7,17 +7,20 @@ the lookup its scheduler builds from ``num_speculative_tokens_per_batch_size``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import random
+import typing
 
 import pytest
 
-from llmserve_ref.engine.speculative_config import SpeculativeConfig
+from llmserve_ref.engine.speculative_config import METHODS, SpeculativeConfig
 
 from . import servers
 
 if not servers.HAVE_VLLM:
     pytest.skip(servers.NEEDS_VLLM, allow_module_level=True)
 
+import vllm.config.speculative
 from vllm.config import SpeculativeConfig as VllmSpeculativeConfig
 from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 
@@ -25,6 +28,18 @@ from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 def test_every_key_we_take_is_one_of_vllms():
     ours = {f.name for f in dataclasses.fields(SpeculativeConfig)}
     assert ours <= set(VllmSpeculativeConfig.__dataclass_fields__), ours
+
+
+def test_our_methods_are_vllms_and_our_draft_guesses_as_its_default_does():
+    """Our draft model guesses its argmax and the check treats it as certain: vLLM's
+    default draft_sample_method, "greedy" (the page quotes its docstring)."""
+    from vllm.config.speculative import SpeculativeMethod
+
+    assert set(METHODS) <= set(typing.get_args(SpeculativeMethod))
+    field = VllmSpeculativeConfig.__dataclass_fields__["draft_sample_method"]
+    assert field.default == "greedy"
+    doc = inspect.getsource(vllm.config.speculative)
+    assert "draft probabilities are treated as one-hot during rejection" in " ".join(doc.split())
 
 
 @pytest.mark.parametrize(

@@ -124,10 +124,17 @@ def test_soak_leaves_no_sequence_and_no_kv_block_behind(server: RunningServer):
     soak_and_check(server)
 
 
-def test_a_speculating_preempting_soak_leaves_nothing_behind_either():
+@pytest.mark.parametrize(
+    "guess",
+    [
+        SpeculativeConfig("ngram", 4, prompt_lookup_min=1, prompt_lookup_max=3),
+        SpeculativeConfig("draft_model", 4, model="tiny-draft"),  # its KV in the same blocks
+    ],
+    ids=["ngram", "draft_model"],
+)
+def test_a_speculating_preempting_soak_leaves_nothing_behind_either(guess: SpeculativeConfig):
     """Cancelled and preempted requests with guesses in flight: their blocks, the guesses'
     included, all come back."""
-    guess = SpeculativeConfig("ngram", 4, prompt_lookup_min=1, prompt_lookup_max=3)
     config = EngineConfig(speculative_config=guess, kv_cache_memory_bytes=KV_BYTES)
     engine = BatchedEngine.load(config=config)
     try:

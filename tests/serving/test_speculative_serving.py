@@ -1,6 +1,7 @@
 """`serve --speculative-config`: the same answers, sooner, through HTTP.
 
-Two servers side by side, one guessing with prompt lookup (vLLM's ``ngram``), one not:
+Two servers side by side, one guessing (with prompt lookup, vLLM's ``ngram``, or with the
+draft model, vLLM's ``draft_model``), one not:
 the same concurrent requests (greedy and seeded, streamed and not, with stop strings,
 logprobs and ``n``) get the same JSON answers, text, tokens and finish reasons, and the
 speculating server's engine really checked guesses.
@@ -25,9 +26,12 @@ NGRAM = SpeculativeConfig(
 )
 
 
-@pytest.fixture(scope="module")
-def speculating():
-    engine = BatchedEngine.load(config=EngineConfig(speculative_config=NGRAM))
+DRAFT = SpeculativeConfig(method="draft_model", model="tiny-draft", num_speculative_tokens=4)
+
+
+@pytest.fixture(scope="module", params=[NGRAM, DRAFT], ids=["ngram", "draft_model"])
+def speculating(request):
+    engine = BatchedEngine.load(config=EngineConfig(speculative_config=request.param))
     with serve_in_thread("tiny", engine=engine) as running:
         yield running
     engine.close()
@@ -58,7 +62,9 @@ def answers(server) -> list[dict]:
     for response in responses:
         assert response.status_code == 200, response.text
         body = response.json()
-        found.append({"choices": body["choices"], "usage": body["usage"]})
+        # (cached prompt tokens depend on what the server served before: not compared)
+        usage = {k: v for k, v in body["usage"].items() if k != "prompt_tokens_details"}
+        found.append({"choices": body["choices"], "usage": usage})
     return found
 
 
@@ -118,3 +124,13 @@ def test_metrics_count_drafts_and_accepted_tokens_by_position_with_vllms_names(s
     assert list(by_position.values()) == sorted(by_position.values(), reverse=True)
     # A server that does not guess has none of them (nor has vLLM's).
     assert not [name for name in families(server) if "spec_decode" in name]
+
+
+def test_a_draft_models_kv_takes_its_share_of_the_cache_memory(speculating):
+    """The KV memory holds both models' keys and values per block: float32, per token,
+    layers x (K, V) x KV heads x head dim x 4 bytes, from each config.json: the target's
+    4 x 2 x 2 x 32 x 4 = 2,048, the draft's 2 x 2 x 1 x 32 x 4 = 512."""
+    engine = speculating.engine
+    per_token = 2048 + (512 if engine.speculative_config.method == "draft_model" else 0)
+    assert engine.bytes_per_block == 16 * per_token
+    assert engine.num_blocks == engine.config.kv_cache_memory_bytes // (16 * per_token)

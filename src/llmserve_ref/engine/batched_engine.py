@@ -99,10 +99,15 @@ class BatchedEngine:
         limit = model_config.max_position_embeddings
         self.max_model_len = min(config.max_model_len or limit, limit)
         dtype = model.dtype if model is not None else torch.float32
+        # A draft model's KV is paged beside the target's, in the same blocks and memory.
+        guess = config.speculative_config
+        draft = guess.draft_config() if guess is not None else None
         self.num_blocks = num_blocks_for(
-            config.kv_cache_memory_bytes, model_config, config.block_size, dtype
+            config.kv_cache_memory_bytes, model_config, config.block_size, dtype, draft
         )
-        self.bytes_per_block = config.block_size * model_config.kv_bytes_per_token(dtype)
+        self.bytes_per_block = config.block_size * sum(
+            c.kv_bytes_per_token(dtype) for c in (model_config, draft) if c
+        )
         kv_tokens = self.num_blocks * config.block_size
         self.cache_config = {  # as vLLM's cache_config_info names them
             "block_size": config.block_size,

@@ -139,11 +139,11 @@ def run_core(spec: CoreSpec, inbox: Connection, outbox: Connection, model: Llama
         model = Llama.from_pretrained(spec.model_dir, spec.device)
     elif spec.num_threads:
         torch.set_num_threads(spec.num_threads)
-    guess = spec.speculative
+    guess = spec.speculative  # a draft model loads here too, its KV in the same blocks
+    proposer = guess.proposer(spec.max_model_len, spec.scheduler, model.device) if guess else None
     core = EngineCore(
         model, spec.scheduler, spec.max_model_len, spec.stop_token_ids,
-        proposer=guess.proposer(spec.max_model_len) if guess else None,
-        max_guesses=guess.num_guesses if guess else None,
+        proposer=proposer, max_guesses=guess.num_guesses if guess else None,
     )  # fmt: skip
     outbox.send(Ready(core.stats()))
     with torch.inference_mode():

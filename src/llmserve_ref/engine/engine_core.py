@@ -11,9 +11,11 @@ A step is four moves, vLLM's loop in miniature:
 4. the scheduler advances, and the core reports each new token.
 
 With a proposer (speculative decoding, `llmserve_ref.engine.speculative_config`), a
-step first guesses each decoding sequence's next tokens, and the forward pass scores
-its newest token and the guesses together, like a short prompt chunk; `sample_tokens`
-accepts the guesses the sequence would have drawn anyway, and the rest roll back.
+step first guesses each decoding sequence's next tokens (a draft model fills its
+guesses once the scheduler has given the step its blocks: its KV is paged beside the
+target's, `llmserve_ref.engine.draft_proposer`), and the forward pass scores its newest
+token and the guesses together, like a short prompt chunk; `sample_tokens` accepts the
+guesses the sequence would have drawn anyway, and the rest roll back.
 
 Requests (`EngineRequest`) carry token ids in, and `TokenOutput` token ids come out;
 text, stop strings and streams belong to the output processor of the threaded
@@ -45,6 +47,7 @@ from dataclasses import dataclass, field
 import torch
 
 from llmserve_ref.engine.block_manager import BlockManager
+from llmserve_ref.engine.draft_proposer import DraftProposer
 from llmserve_ref.engine.interface import (
     EngineRequest,
     EngineStats,
@@ -108,6 +111,15 @@ class EngineCore:
         self.sequences: dict[str, CoreRequest] = {}
         self.num_steps = 0
         self.num_scheduled_tokens = 0
+        if isinstance(proposer, DraftProposer):
+            draft, storage = proposer.runner.model.config, proposer.runner.storage
+            if draft.vocab_size != model.config.vocab_size:
+                raise ValueError(
+                    f"the draft model's vocabulary ({draft.vocab_size} tokens) is not the "
+                    f"target's ({model.config.vocab_size}): a draft must share its tokenizer"
+                )
+            if (storage.num_blocks, storage.block_size) != (config.num_blocks, config.block_size):
+                raise ValueError("the draft's KV must have the target's blocks: same number, size")
         self.proposer, self.max_guesses, self.batch_size = proposer, max_guesses, 0
         self.spec_decoding = SpecDecodingStats()
 
@@ -200,6 +212,8 @@ class EngineCore:
         self.batch_size = len(out.num_scheduled_tokens)
         if not out.num_scheduled_tokens:
             return []
+        if isinstance(self.proposer, DraftProposer):  # its guesses need the step's blocks
+            self.proposer.draft(out, {r.request_id for r in self.scheduler.running})
         chunks, sampling, guesses, now = [], [], [], time.monotonic()
         spec = out.scheduled_spec_decode_tokens
         for request_id, n in out.num_scheduled_tokens.items():  # (the runner packs them)

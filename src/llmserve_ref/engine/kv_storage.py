@@ -36,10 +36,15 @@ from llmserve_ref.model.llama_config import ModelConfig
 
 
 def num_blocks_for(
-    memory_bytes: int, config: ModelConfig, block_size: int, dtype: torch.dtype = torch.float32
+    memory_bytes: int,
+    config: ModelConfig,
+    block_size: int,
+    dtype: torch.dtype = torch.float32,
+    draft: ModelConfig | None = None,
 ) -> int:
-    """Blocks of `block_size` tokens that fit in `memory_bytes` of KV memory."""
-    block_bytes = block_size * config.kv_bytes_per_token(dtype)
+    """Blocks of `block_size` tokens that fit in `memory_bytes` of KV memory (a block
+    holds a draft model's KV too, when one guesses beside the model)."""
+    block_bytes = block_size * sum(c.kv_bytes_per_token(dtype) for c in (config, draft) if c)
     if memory_bytes < block_bytes:
         raise ValueError(
             f"{memory_bytes} bytes of KV memory hold no block: one block of {block_size} tokens "
