@@ -271,8 +271,8 @@ def installed_version(session: nox.Session, distribution: str) -> str:
 def engines(session: nox.Session) -> None:
     """Real vLLM serving our tiny model beside our server, and llama.cpp our GGUF export:
     tokens, KV cache size, benchmarks, and the running-a-serving-engine page, all against
-    the same servers; both engines again with prompt lookup, for the speculative-decoding
-    page."""
+    the same servers; both engines again with prompt lookup and with the draft model, for
+    the speculative-decoding page."""
     (oldest, newest), here = VLLM_PYTHONS, sys.version_info[:2]
     if sys.platform != "linux" or not oldest <= here <= newest:
         session.error(

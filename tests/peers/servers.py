@@ -54,9 +54,20 @@ BLOCK_SIZE = 32
 KV_CACHE_MEMORY_BYTES = 64 * 2**20 + 40_000  # 64 MiB and 19.5 tokens of float32 KV
 MAX_NUM_SEQS = 128  # vLLM's default on a CPU (ours is 256): set on both, they are the same
 MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's default on a CPU, and ours
-# Prompt lookup, as the speculative-decoding page launches a second pair of servers with it.
+# Prompt lookup, as the speculative-decoding page launches a second pair of servers with it,
+# and the draft model, a third pair (the package's draft, copied beside the model: both
+# servers start in that folder, and both take its path).
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
          "prompt_lookup_max": 4}  # fmt: skip
+DRAFT = {"method": "draft_model", "model": "./tiny-draft", "num_speculative_tokens": 4}
+GUESSING = {"ngram": NGRAM, "draft": DRAFT}  # by the word that ends the servers' names
+
+
+def named(engine: str, speculative_config: dict | None) -> str:
+    """A server's name: its engine's, then how it guesses ("vLLM ngram", "llmserve-ref draft")."""
+    if speculative_config is None:
+        return engine
+    return f"{engine} {next(k for k, c in GUESSING.items() if c == speculative_config)}"
 
 
 def knobs(block_size: int, kv_cache_memory_bytes: int) -> list[str]:
@@ -265,7 +276,7 @@ def vllm_server(
     """
     port = free_port()
     command = vllm_command(model_dir, port, block_size, kv_cache_memory_bytes, speculative_config)
-    name = "vLLM" if speculative_config is None else "vLLM ngram"
+    name = named("vLLM", speculative_config)
     log = log_dir / f"{name.replace(' ', '-')}.log"
     with launched(name, command, log, vllm_env(), port, timeout) as server:
         yield server
@@ -309,7 +320,7 @@ def our_server(
     Port 0 lets it pick a free port; it announces the URL on a line of its own.
     """
     command = our_command(0, block_size, kv_cache_memory_bytes, speculative_config)
-    name = "llmserve-ref" if speculative_config is None else "llmserve-ref ngram"
+    name = named("llmserve-ref", speculative_config)
     started = time.monotonic()
     log = log_dir / f"{name.replace(' ', '-')}.log"
     server = start(name, command, log, dict(os.environ))
@@ -362,7 +373,7 @@ def llama_cpp_server(model_dir: Path, log_dir: Path, timeout: float = 120.0) -> 
 
 # --- Servers started around a whole run (with_servers.py), found through the environment ---
 
-# What the pages read (docs/stage-9/running-a-serving-engine.md; the ngram pair,
+# What the pages read (docs/stage-9/running-a-serving-engine.md; the ngram and draft pairs,
 # docs/stage-6/speculative-decoding.md), and the tests too.
 ENV = {
     "vLLM": ("VLLM_BASE_URL", "VLLM_LOG"),
@@ -370,6 +381,8 @@ ENV = {
     "llama.cpp": ("LLAMA_CPP_BASE_URL", "LLAMA_CPP_LOG"),
     "vLLM ngram": ("VLLM_NGRAM_BASE_URL", "VLLM_NGRAM_LOG"),
     "llmserve-ref ngram": ("LLMSERVE_NGRAM_BASE_URL", "LLMSERVE_NGRAM_LOG"),
+    "vLLM draft": ("VLLM_DRAFT_BASE_URL", "VLLM_DRAFT_LOG"),
+    "llmserve-ref draft": ("LLMSERVE_DRAFT_BASE_URL", "LLMSERVE_DRAFT_LOG"),
 }
 ENGINES = "LLMSERVE_ENGINES"  # "1": the page's vLLM blocks run (and fail without servers)
 

@@ -13,6 +13,7 @@ Nothing here needs vLLM: this runs in `nox -s tests` too.
 from __future__ import annotations
 
 import ast
+import json
 import re
 import shlex
 from pathlib import Path
@@ -46,15 +47,23 @@ def launch(words: list[str]) -> list[str]:
     return out
 
 
-def the_command(start: list[str], page: Path = PAGE) -> list[str]:
-    found = [c for c in console_commands(page) if c[: len(start)] == start]
+def the_command(start: list[str], page: Path = PAGE, config: dict | None = None) -> list[str]:
+    """The page's one command that starts with `start` (and launches with `config`)."""
+    found = [
+        c
+        for c in console_commands(page)
+        if c[: len(start)] == start and (config is None or json.dumps(config) in c)
+    ]
     assert len(found) == 1, f"the page should have one command starting {' '.join(start)}"
     return found[0]
 
 
-@pytest.mark.parametrize(("page", "config"), [(PAGE, None), (SPECULATIVE_PAGE, servers.NGRAM)])
+LAUNCHES = [(PAGE, None), *((SPECULATIVE_PAGE, c) for c in servers.GUESSING.values())]
+
+
+@pytest.mark.parametrize(("page", "config"), LAUNCHES)
 def test_vllm_launch_matches_the_session(page, config):
-    command = the_command(["VLLM_TARGET_DEVICE=cpu", "python", "-m"], page)
+    command = the_command(["VLLM_TARGET_DEVICE=cpu", "python", "-m"], page, config)
     session = servers.vllm_command(
         Path("tiny"), 8000, servers.BLOCK_SIZE, servers.KV_CACHE_MEMORY_BYTES, config
     )
@@ -62,9 +71,9 @@ def test_vllm_launch_matches_the_session(page, config):
     assert launch(command[2:]) == launch(session[1:])  # from `-m`, past the interpreter
 
 
-@pytest.mark.parametrize(("page", "config"), [(PAGE, None), (SPECULATIVE_PAGE, servers.NGRAM)])
+@pytest.mark.parametrize(("page", "config"), LAUNCHES)
 def test_our_launch_matches_the_session(page, config):
-    command = the_command(["llmserve-ref", "serve"], page)
+    command = the_command(["llmserve-ref", "serve"], page, config)
     sizes = servers.BLOCK_SIZE, servers.KV_CACHE_MEMORY_BYTES
     session = servers.our_command(8001, *sizes, config)
     # The session names the model (the default, tiny) and runs the module; the page, the command.

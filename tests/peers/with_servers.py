@@ -6,13 +6,16 @@
 This is what `nox -s engines` runs. Both servers start once, with the flags of the launch
 commands on the page (`servers.knobs`): vLLM's CPU build in float32 on a copy of the model,
 and ``llmserve-ref serve``; then the same two with prompt lookup (``--speculative-config``
-with `servers.NGRAM`), which the speculative-decoding page measures against the first two.
+with `servers.NGRAM`), and the same two with the draft model (`servers.DRAFT`, a copy of
+the package's draft beside the model's), which the speculative-decoding page measures
+against the first two.
 The command then runs with the environment that says where they are (`servers.page_env`):
 
     VLLM_BASE_URL, LLMSERVE_BASE_URL   the servers' OpenAI base URLs (http://127.0.0.1:PORT/v1)
     VLLM_LOG, LLMSERVE_LOG             their logs, which hold the startup lines
     VLLM_NGRAM_BASE_URL, VLLM_NGRAM_LOG, LLMSERVE_NGRAM_BASE_URL, LLMSERVE_NGRAM_LOG
-                                       the same for the two that speculate
+    VLLM_DRAFT_BASE_URL, VLLM_DRAFT_LOG, LLMSERVE_DRAFT_BASE_URL, LLMSERVE_DRAFT_LOG
+                                       the same for the four that speculate
     LLAMA_CPP_BASE_URL, LLAMA_CPP_LOG  the same for llama.cpp on our GGUF export, where
                                        llama-cpp-python is installed (the engines session)
     LLMSERVE_ENGINES=1                 the page's vLLM blocks run instead of skipping
@@ -35,6 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import servers  # this file runs as a script, beside servers.py
 
+from llmserve_ref.model.weights import DRAFT_DIR
+
 
 def main(command: list[str]) -> int:
     if not command:
@@ -43,13 +48,14 @@ def main(command: list[str]) -> int:
         root = Path(up.enter_context(tempfile.TemporaryDirectory(prefix="llmserve-engines-")))
         # A copy of the model, so that nothing vLLM writes lands in the package.
         model_dir = Path(shutil.copytree(servers.MODEL_DIR, root / "tiny"))
+        shutil.copytree(DRAFT_DIR, root / servers.DRAFT["model"])  # ./tiny-draft, from root
         started = time.monotonic()
         sizes = {
             "kv_cache_memory_bytes": servers.KV_CACHE_MEMORY_BYTES,
             "block_size": servers.BLOCK_SIZE,
         }
         running = []
-        for config in (None, servers.NGRAM):  # the plain pair, then the pair that guesses
+        for config in (None, *servers.GUESSING.values()):  # plain, then the pairs that guess
             vllm = servers.vllm_server(model_dir, root, speculative_config=config, **sizes)
             running.append(up.enter_context(vllm))
             ours = servers.our_server(root, speculative_config=config, **sizes)
