@@ -128,7 +128,7 @@ engine/, many requests on one model:
   Pages: stage-5/ttft-tpot-throughput, stage-6/speculative-decoding, stage-7/pagedattention,
   stage-7/scheduler-simulator, stage-8/paged-kv-allocator, stage-8/prefix-caching.
 * ``engine.scheduler_output``: one step's plan for the engine, and the scheduler's counts.
-  Pages: stage-7/scheduler-simulator.
+  Pages: stage-6/speculative-decoding, stage-7/scheduler-simulator.
 * ``engine.speculative``: speculative decoding: a draft guesses, the target checks at once.
   Pages: stage-6/speculative-decoding.
 * ``engine.speculative_config``: ``--speculative-config``'s vLLM keys, and the proposer they make.

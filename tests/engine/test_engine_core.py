@@ -400,4 +400,6 @@ def test_a_draft_that_does_not_share_the_tokenizer_or_the_blocks_is_refused(targ
     for num_blocks, block_size in ((32, 16), (64, 8)):
         with pytest.raises(ValueError, match="same number, size"):
             EngineCore(model, SMALL, proposer=DraftProposer(model, num_blocks, block_size, 4))
-    EngineCore(model, SMALL, proposer=DraftProposer(model, 64, 16, 4))  # the same: fine
+    # The same blocks: fine, and its KV (here a copy of the target's) doubles a block's bytes.
+    core = EngineCore(model, SMALL, proposer=DraftProposer(model, 64, 16, 4))
+    assert core.bytes_per_block == 2 * EngineCore(model, SMALL).bytes_per_block == 2 * 16 * 2048

@@ -99,8 +99,7 @@ class BatchedEngine:
         limit = model_config.max_position_embeddings
         self.max_model_len = min(config.max_model_len or limit, limit)
         dtype = model.dtype if model is not None else torch.float32
-        # A draft model's KV is paged beside the target's, in the same blocks and memory.
-        guess = config.speculative_config
+        guess = config.speculative_config  # a draft's KV shares the blocks and the memory
         draft = guess.draft_config() if guess is not None else None
         self.num_blocks = num_blocks_for(
             config.kv_cache_memory_bytes, model_config, config.block_size, dtype, draft
@@ -123,14 +122,10 @@ class BatchedEngine:
         self.scheduler_config = config.scheduler_config(self.num_blocks)
         device = str(model.device if model is not None else device or get_device())
         spec = CoreSpec(
-            str(model_dir),
-            device,
-            self.scheduler_config,
-            self.max_model_len,
+            str(model_dir), device, self.scheduler_config, self.max_model_len,
             frozenset(tokenizer.backend.get_added_tokens_decoder()),  # <|eos|>, the markers
-            num_threads,
-            config.speculative_config,
-        )
+            num_threads, config.speculative_config,
+        )  # fmt: skip
         self.processor = OutputProcessor(tokenizer)
         self._outgoing: list[EngineRequest] = []  # submitted in this turn of the event loop
         self._lock = threading.Lock()  # the event loop, the reader and a drain timer share them

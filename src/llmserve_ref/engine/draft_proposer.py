@@ -41,6 +41,7 @@ from collections.abc import Collection, Sequence
 
 from llmserve_ref.engine.model_runner import ModelRunner
 from llmserve_ref.engine.paged_batch import Chunk
+from llmserve_ref.engine.scheduler_config import SchedulerConfig
 from llmserve_ref.engine.scheduler_output import SchedulerOutput
 from llmserve_ref.model.llama import Llama
 
@@ -62,6 +63,19 @@ class DraftProposer:
         self.num_forwards, self.seconds = 0, 0.0  # the draft's passes and time: its cost
         # Per sequence, the positions whose draft KV is written (a prefix of its tokens).
         self.computed: dict[str, int] = {}
+
+    def fit(self, target: Llama, config: SchedulerConfig) -> int:
+        """The bytes the draft's KV adds to each of the engine's blocks; an error if this
+        draft cannot guess for `target` (another vocabulary) in `config`'s blocks."""
+        draft, storage = self.runner.model, self.runner.storage
+        if draft.config.vocab_size != target.config.vocab_size:
+            raise ValueError(
+                f"the draft model's vocabulary ({draft.config.vocab_size} tokens) is not the "
+                f"target's ({target.config.vocab_size}): a draft must share its tokenizer"
+            )
+        if (storage.num_blocks, storage.block_size) != (config.num_blocks, config.block_size):
+            raise ValueError("the draft's KV must have the target's blocks: same number, size")
+        return config.block_size * draft.config.kv_bytes_per_token(draft.dtype)
 
     def propose(self, token_ids: Sequence[int]) -> list[int]:
         """Room for k guesses: slots that `draft` fills once the step is scheduled."""

@@ -11,11 +11,10 @@ A step is four moves, vLLM's loop in miniature:
 4. the scheduler advances, and the core reports each new token.
 
 With a proposer (speculative decoding, `llmserve_ref.engine.speculative_config`), a
-step first guesses each decoding sequence's next tokens (a draft model fills its
-guesses once the scheduler has given the step its blocks: its KV is paged beside the
-target's, `llmserve_ref.engine.draft_proposer`), and the forward pass scores its newest
-token and the guesses together, like a short prompt chunk; `sample_tokens` accepts the
-guesses the sequence would have drawn anyway, and the rest roll back.
+step first guesses each decoding sequence's next tokens (a draft model, once the step
+has its blocks), and the forward pass scores its newest token and the guesses together,
+like a short prompt chunk; `sample_tokens` accepts the guesses the sequence would have
+drawn anyway, and the rest roll back.
 
 Requests (`EngineRequest`) carry token ids in, and `TokenOutput` token ids come out;
 text, stop strings and streams belong to the output processor of the threaded
@@ -109,17 +108,9 @@ class EngineCore:
         self.bytes_per_block = config.block_size * model.config.kv_bytes_per_token(model.dtype)
         self.stop_token_ids = frozenset(stop_token_ids)
         self.sequences: dict[str, CoreRequest] = {}
-        self.num_steps = 0
-        self.num_scheduled_tokens = 0
-        if isinstance(proposer, DraftProposer):
-            draft, storage = proposer.runner.model.config, proposer.runner.storage
-            if draft.vocab_size != model.config.vocab_size:
-                raise ValueError(
-                    f"the draft model's vocabulary ({draft.vocab_size} tokens) is not the "
-                    f"target's ({model.config.vocab_size}): a draft must share its tokenizer"
-                )
-            if (storage.num_blocks, storage.block_size) != (config.num_blocks, config.block_size):
-                raise ValueError("the draft's KV must have the target's blocks: same number, size")
+        self.num_steps = self.num_scheduled_tokens = 0
+        if isinstance(proposer, DraftProposer):  # its KV takes a share of every block
+            self.bytes_per_block += proposer.fit(model, config)
         self.proposer, self.max_guesses, self.batch_size = proposer, max_guesses, 0
         self.spec_decoding = SpecDecodingStats()
 
@@ -377,8 +368,7 @@ class EngineCore:
 
 
 def _is_plain_greedy(params: SamplingParams) -> bool:
-    """Greedy with nothing that moves the argmax: the argmax of the raw logits, no per-row
-    work."""
+    """Greedy with nothing that moves the argmax: the raw logits' argmax, no per-row work."""
     return (
         params.temperature == 0
         and params.repetition_penalty == 1.0
@@ -400,10 +390,9 @@ def generate_batch(
     params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
     outputs: dict[str, list[int]] = {}
     for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
-        request = EngineRequest(
-            list(prompt), p, max_tokens, request_id=str(i), ignore_eos=ignore_eos
+        core.add_request(
+            EngineRequest(list(prompt), p, max_tokens, request_id=str(i), ignore_eos=ignore_eos)
         )
-        core.add_request(request)
         outputs[str(i)] = []
     while not core.idle:
         for out in core.step():
