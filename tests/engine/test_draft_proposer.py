@@ -9,7 +9,10 @@ exactness with the draft guessing is tested beside prompt lookup's, in
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+import torch
 from test_speculative_engine import (  # the engine tests' fixtures and helpers
     GREEDY,
     draft,
@@ -72,3 +75,34 @@ def test_the_drafts_guesses_are_its_own_greedy_continuation(target, draft, promp
     assert len(seen) > 50
     for token_ids, guesses in seen:
         assert guesses == list(generate(draft, token_ids, GREEDY, len(guesses))), token_ids
+
+
+def test_a_block_cached_after_every_guess_passed_holds_the_drafts_kv_of_the_last(target):
+    """The target as its own draft: every guess passes, so each decode step emits 4 tokens
+    (3 guesses and one more) and ends on a block of 4; the request ends on such a step, its
+    last guess's block enters the prefix cache, and a request that continues its text from
+    there gets guesses from KV the draft wrote, not from a slot nobody wrote."""
+    model, tokenizer = target
+    config = SchedulerConfig(token_budget=64, max_num_seqs=4, block_size=4, num_blocks=64)
+    drafter = DraftProposer(model, config.num_blocks, config.block_size, 3)
+    # Garbage in every slot nobody wrote (fresh storage is zeros, which attention barely sees).
+    drafter.runner.storage.data.normal_(0.0, 10.0, generator=torch.Generator().manual_seed(0))
+    core = EngineCore(model, config, proposer=drafter)
+    prompt = tokenizer.encode("Once upon a time, there was", add_bos=True)[:8]
+    first = run(core, requests_for([prompt], GREEDY, 9))["0"]
+    spec = core.spec_decoding
+    assert spec.num_accepted_tokens == spec.num_draft_tokens == 6 and core.num_steps == 3
+    text = prompt + [o.token_id for o in first]  # 17 tokens: 16 of them in cached blocks
+    seen: list[tuple[list[int], list[int]]] = []
+    fill = drafter.draft
+
+    def draft_and_record(out, running):
+        fill(out, running)
+        for request_id, guesses in out.scheduled_spec_decode_tokens.items():
+            seen.append((list(out.scheduled[request_id].token_ids), list(guesses)))
+
+    drafter.draft = draft_and_record
+    run(core, [dataclasses.replace(requests_for([text], GREEDY, 5)[0], request_id="again")])
+    assert core.scheduler.block_manager.num_hits >= 16 and seen
+    for token_ids, guesses in seen:
+        assert guesses == list(generate(model, token_ids, GREEDY, len(guesses)))

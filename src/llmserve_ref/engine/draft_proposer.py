@@ -16,16 +16,18 @@ step its blocks and trims the guesses to its budget, and then `draft` runs, befo
 target's forward pass:
 
 1. one forward pass of the draft over every scheduled token it has not seen: prompt
-   chunks and plain decodes of this step (so every block the target computes holds the
-   draft's KV too) and, for each speculating sequence, its tokens since its last draft,
-   ending at its newest token, whose logits give the first guess;
-2. one pass per further guess, of one token per sequence that has one to make.
+   chunks and plain decodes of this step and, for each speculating sequence, its newest
+   token, whose logits give the first guess;
+2. one pass per guess, of one token per sequence: it writes the guess's keys and values
+   and, but for the last guess, its logits give the next one.
+
+So the draft writes every position the target computes, a guess's as soon as it is made:
+whatever the target accepts, the draft's KV already holds, and every block that enters
+the prefix cache holds the draft's KV too.
 
 Each guess is the draft's most likely token: a guess made with certainty, whose check
 (`EngineCore.sample_tokens`) keeps the target's distribution for sampled requests too, as
-vLLM 0.32's default ``draft_sample_method``, ``"greedy"``, does. The draft's own last
-guess is never fed back to it, so when every guess is accepted the draft is one token
-behind, and its next step feeds that token first.
+vLLM 0.32's default ``draft_sample_method``, ``"greedy"``, does.
 
 >>> from llmserve_ref.model.weights import load_draft
 >>> drafter = DraftProposer(load_draft("cpu")[0], num_blocks=8, block_size=16,
@@ -101,7 +103,8 @@ class DraftProposer:
             assert request.token_ids is not None, "a draft model needs the token ids"
             start, guesses = request.num_computed_tokens, spec.get(request_id, [])
             end = start + n - len(guesses)  # the target's tokens of this step, guesses aside
-            # New, or back from a preemption with less cached: the target's count is ours.
+            # New, back from a preemption with less cached, or past rejected guesses: the
+            # target's count is ours.
             seen = min(self.computed.get(request_id, start), start)
             unseen = request.token_ids[seen:end]
             chunks.append(Chunk(unseen, seen, out.block_table(request_id), bool(guesses)))
@@ -116,15 +119,16 @@ class DraftProposer:
             for request, end, token in zip(guessing, ends, tokens, strict=True):
                 guesses = spec[request.request_id]
                 guesses[j] = token
-                if j + 1 < len(guesses):  # 2: the guess goes in, for the one after it
-                    table = out.block_table(request.request_id)
-                    feeding.append(Chunk([token], end + j, table, samples=True))
+                more = j + 1 < len(guesses)  # 2: every guess goes in; not the last: for the next
+                table = out.block_table(request.request_id)
+                feeding.append(Chunk([token], end + j, table, samples=more))
+                self.computed[request.request_id] = end + j + 1
+                if more:
                     fed.append((request, end))
-                    self.computed[request.request_id] = end + j + 1
             if not feeding:
                 return
             guessing, ends = [r for r, _ in fed], [e for _, e in fed]
-            tokens = self._argmax(feeding)
+            tokens = self._argmax(feeding)  # (no rows for the sequences that are done)
 
     # --8<-- [end:draft]
 
