@@ -39,6 +39,26 @@ def test_a_sequence_asks_for_room_and_the_draft_fills_it(draft):
         DraftProposer(draft, 8, 16, 0)
 
 
+def recorded_guesses(drafter: DraftProposer) -> list[tuple[list[int], list[int]]]:
+    """From now on, each step's (token ids, guesses) of every speculating sequence."""
+    seen: list[tuple[list[int], list[int]]] = []
+    fill = drafter.draft
+
+    def draft_and_record(out, running):
+        fill(out, running)
+        for request_id, guesses in out.scheduled_spec_decode_tokens.items():
+            seen.append((list(out.scheduled[request_id].token_ids), list(guesses)))
+
+    drafter.draft = draft_and_record
+    return seen
+
+
+def each_is_its_own_continuation(draft, seen: list[tuple[list[int], list[int]]]) -> None:
+    """Every list of guesses is what `draft` alone, greedily, continues its text with."""
+    for token_ids, guesses in seen:
+        assert guesses == list(generate(draft, token_ids, GREEDY, len(guesses))), token_ids
+
+
 @pytest.mark.parametrize("scene", ["prefix-hits-preemption-chunks", "forks"])
 def test_the_drafts_guesses_are_its_own_greedy_continuation(target, draft, prompts, scene):
     """The draft's paged KV holds what its own dense cache would: every guess list equals
@@ -56,15 +76,7 @@ def test_the_drafts_guesses_are_its_own_greedy_continuation(target, draft, promp
         shared = prompts[0][:32]
         requests = requests_for([shared + p[1:20] for p in prompts[:10]], GREEDY, 40)
     drafter = DraftProposer(draft, config.num_blocks, config.block_size, 4)
-    seen: list[tuple[list[int], list[int]]] = []
-    fill = drafter.draft
-
-    def draft_and_record(out, running):
-        fill(out, running)
-        for request_id, guesses in out.scheduled_spec_decode_tokens.items():
-            seen.append((list(out.scheduled[request_id].token_ids), list(guesses)))
-
-    drafter.draft = draft_and_record
+    seen = recorded_guesses(drafter)
     core = EngineCore(model, config, proposer=drafter)
     run(core, requests, rollback_holds)
     bm = core.scheduler.block_manager
@@ -73,8 +85,7 @@ def test_the_drafts_guesses_are_its_own_greedy_continuation(target, draft, promp
     else:
         assert bm.num_hits > 0 and core.scheduler.num_preemptions > 0
     assert len(seen) > 50
-    for token_ids, guesses in seen:
-        assert guesses == list(generate(draft, token_ids, GREEDY, len(guesses))), token_ids
+    each_is_its_own_continuation(draft, seen)
 
 
 def test_a_block_cached_after_every_guess_passed_holds_the_drafts_kv_of_the_last(target):
@@ -93,16 +104,7 @@ def test_a_block_cached_after_every_guess_passed_holds_the_drafts_kv_of_the_last
     spec = core.spec_decoding
     assert spec.num_accepted_tokens == spec.num_draft_tokens == 6 and core.num_steps == 3
     text = prompt + [o.token_id for o in first]  # 17 tokens: 16 of them in cached blocks
-    seen: list[tuple[list[int], list[int]]] = []
-    fill = drafter.draft
-
-    def draft_and_record(out, running):
-        fill(out, running)
-        for request_id, guesses in out.scheduled_spec_decode_tokens.items():
-            seen.append((list(out.scheduled[request_id].token_ids), list(guesses)))
-
-    drafter.draft = draft_and_record
+    seen = recorded_guesses(drafter)
     run(core, [dataclasses.replace(requests_for([text], GREEDY, 5)[0], request_id="again")])
     assert core.scheduler.block_manager.num_hits >= 16 and seen
-    for token_ids, guesses in seen:
-        assert guesses == list(generate(model, token_ids, GREEDY, len(guesses)))
+    each_is_its_own_continuation(model, seen)
