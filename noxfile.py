@@ -17,6 +17,7 @@ nox -s mutation                     # mutation testing of the named components (
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import platform
 import re
@@ -101,10 +102,15 @@ def notebooks(session: nox.Session) -> None:
     session.run("pytest", "tests/site/test_wheel.py", "-m", "wheel", *session.posargs, env=env)
 
 
+# Pinned: the engine profile (benchmarks/profile_engine.py) reads its raw output format.
+PY_SPY = "py-spy==0.4.3"
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks: each prints ratios measured side by side in one run (never a unit test)."""
     install(session, "tests")
+    session.install(PY_SPY)
     device = session.run(
         "python", "-c", "import llmserve_ref.device as d; print(d.best_device())", silent=True
     ).strip()
@@ -116,6 +122,7 @@ def bench(session: nox.Session) -> None:
         "simulator",
         "engine",
         "speculative_engine",
+        "profile_engine",
     ]:
         session.run("python", f"benchmarks/{script}.py", env=env)
     if device == "cuda":
@@ -239,9 +246,18 @@ LLAMA_CPP_PAGE = "docs/stage-3/run-a-model-locally.md"
 # The page that measures both engines with and without prompt lookup, against the second
 # pair of servers (the same launches with --speculative-config).
 SPECULATIVE_PAGE = "docs/stage-6/speculative-decoding.md"
-# llama.cpp, through its Python binding's OpenAI server, runs our GGUF export beside them.
-# It builds llama.cpp from source (minutes on two cores); pip caches the wheel.
-LLAMA_CPP = "llama-cpp-python[server]==0.3.36"
+# llama.cpp's own server, `llama-server`, runs our GGUF export beside them. PyPI carries
+# llama.cpp's source as the tree llama-cpp-python's sdist vendors (vendor/llama.cpp), and
+# GitHub is out of this machine's reach: the session builds `llama-server` from that tree
+# with CMake, for this CPU (GGML_NATIVE), statically linked (4.5 to 7 minutes on our two
+# cores), and keeps it outside the work tree, by version, CPU and flags (`llama_server`).
+LLAMA_CPP = "llama-cpp-python==0.3.36"
+LLAMA_CPP_CMAKE = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",  # one binary that runs from the cache, wherever it is
+    "-DLLAMA_OPENSSL=OFF",  # it loads local files: no HTTPS, no libssl to link
+    "-DLLAMA_BUILD_TESTS=OFF",
+]
 
 
 @contextlib.contextmanager
@@ -267,6 +283,50 @@ def installed_version(session: nox.Session, distribution: str) -> str:
     return (session.run_install("python", "-c", script, silent=True) or "").strip()
 
 
+def cpu_flags() -> str:
+    """This CPU's feature flags, as /proc/cpuinfo lists them (a native build runs on these)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def llama_server(session: nox.Session) -> Path:
+    """llama.cpp's `llama-server`, built once per llama.cpp version, CPU and build flags,
+    then cached in ~/.cache/llmserve-ref (or $XDG_CACHE_HOME's); built under --install-only
+    too, never under -R (--no-install), which then needs the cached one."""
+    version = LLAMA_CPP.split("==")[1]
+    key = hashlib.sha256(" ".join([cpu_flags(), *LLAMA_CPP_CMAKE]).encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llmserve-ref"
+    binary = cache / f"llama-server-{version}-{key}" / "llama-server"
+    if binary.exists():
+        session.log(f"llama-server: {binary} (cached)")
+        return binary
+    work = Path(session.create_tmp()) / "llama.cpp"
+    shutil.rmtree(work, ignore_errors=True)
+    session.run_install(
+        "python", "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", LLAMA_CPP,
+        "--dest", str(work), silent=True,
+    )  # fmt: skip
+    sdists = list(work.glob("*.tar.gz"))
+    if not sdists:  # -R: nothing was downloaded, and nothing is cached
+        session.error(f"no llama-server cached at {binary}: run `nox -s engines` without -R")
+    session.run_install("tar", "-xzf", str(sdists[0]), "-C", str(work), external=True)
+    source = next(work.glob("*/vendor/llama.cpp"))
+    build = work / "build"
+    session.run_install("cmake", "-S", str(source), "-B", str(build), *LLAMA_CPP_CMAKE,
+                        external=True, silent=True)  # fmt: skip
+    session.run_install("cmake", "--build", str(build), "--target", "llama-server",
+                        "-j", str(os.cpu_count() or 2), external=True, silent=True)  # fmt: skip
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    partial = binary.with_suffix(".partial")  # a build stopped halfway is never found
+    shutil.copy2(build / "bin" / "llama-server", partial)
+    partial.rename(binary)
+    shutil.rmtree(work, ignore_errors=True)
+    return binary
+
+
 @nox.session(venv_backend="venv")
 def engines(session: nox.Session) -> None:
     """Real vLLM serving our tiny model beside our server, and llama.cpp our GGUF export:
@@ -288,11 +348,10 @@ def engines(session: nox.Session) -> None:
             session.install(VLLM)
             session.run_install("python", "-m", "pip", "uninstall", "-y", *VLLM_UNUSED)
         session.install(VLLM_BENCH)
-    with timed(session, timings, f"install {LLAMA_CPP}"):
-        if installed_version(session, "llama-cpp-python") != LLAMA_CPP.split("==")[1]:
-            session.install(LLAMA_CPP)
+    with timed(session, timings, f"build llama-server from {LLAMA_CPP}'s llama.cpp"):
+        llama_cpp = llama_server(session)
     with timed(session, timings, "install llmserve-ref[tests]"):
-        session.install("-e", ".[tests]")
+        session.install("-e", ".[tests]", PY_SPY)  # py-spy: the stage-9 page's profile
         # Our lower bounds must not have moved vLLM's pins: torch is still vLLM's CPU build.
         session.run(
             "python",
@@ -305,7 +364,7 @@ def engines(session: nox.Session) -> None:
     # Only when they are missing: `npm ci` first deletes them, under a concurrent tests session.
     if shutil.which("npm") and not os.path.isdir("clients/ts/node_modules/openai"):
         session.run("npm", "ci", "--prefix", "clients/ts", "--no-audit", "--no-fund", external=True)
-    env = {**ENV, "LLMSERVE_DEVICE": "cpu"}
+    env = {**ENV, "LLMSERVE_DEVICE": "cpu", "LLAMA_SERVER": str(llama_cpp)}
     try:
         with timed(session, timings, f"servers up, pytest tests/peers {ENGINES_PAGE}"):
             # Both servers start once, around the whole run, and the environment says where

@@ -57,13 +57,17 @@ def test_a_fresh_seed_is_a_fresh_set_of_prompts():
 def test_the_table_gives_min_median_max_and_the_ratio_of_medians():
     grid = {
         ("vLLM", 16): [point(1, 100.0), point(3, 300.0), point(5, 200.0)],
+        ("llama.cpp", 16): [point(7, 50.0), point(8, 60.0), point(9, 75.0)],
         ("ours", 16): [point(2, 150.0), point(4, 100.0), point(6, 400.0)],
     }
     assert spread([p.output_throughput for p in grid["vLLM", 16]]) == "100-200-300"
     assert median_ratio(grid, "output_throughput", "ours", "vLLM", 16) == 0.75
-    lines = table(grid, ours="ours", theirs="vLLM").splitlines()
-    assert lines[1].split()[:3] == ["16", "vLLM", "100-200-300"]
-    assert lines[2].split()[:3] == ["16", "ours", "100-150-400"] and lines[2].endswith("0.75")
+    lines = table(grid, ours="ours", peers=("vLLM", "llama.cpp")).splitlines()
+    assert lines[0].split()[-4:] == ["ours/vLLM", "tok/s", "ours/llama.cpp", "tok/s"]
+    assert lines[1].split() == ["16", "vLLM", "100-200-300", "10.0-10.0-10.0", "2.00-2.00-2.00"]
+    assert lines[2].split()[:3] == ["16", "llama.cpp", "50-60-75"]
+    assert lines[3].split()[:3] == ["16", "ours", "100-150-400"]
+    assert lines[3].split()[-2:] == ["0.75", "2.50"]  # 150 / 200 and 150 / 60
 
 
 def test_a_point_reads_a_result_in_vllms_format():

@@ -63,7 +63,7 @@ def ours(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def llama_cpp(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    """llama.cpp (llama-cpp-python's server) on our GGUF export of the tiny model."""
+    """llama.cpp's `llama-server` on our GGUF export of the tiny model."""
     if server := servers.running("llama.cpp"):
         yield server
         return

@@ -1,5 +1,5 @@
 """Start and stop real serving engines for `nox -s engines`: vLLM's CPU build, ours, and
-llama.cpp (through llama-cpp-python's server) on our GGUF export.
+llama.cpp's `llama-server` on our GGUF export.
 
 Each server runs in a process group of its own (a new session), so stopping it stops
 every process it started: vLLM runs three (the API server, its EngineCore and a Worker).
@@ -91,10 +91,10 @@ def knobs(block_size: int, kv_cache_memory_bytes: int) -> list[str]:
 # where vLLM is not installed (the `tests` session), one visible skip per module.
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 NEEDS_VLLM = "needs vLLM: run `nox -s engines`"
-HAVE_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
-NEEDS_LLAMA_CPP = "needs llama-cpp-python[server]: run `nox -s engines`"
-# Where each server answers 200 once it serves; llama-cpp-python's server has no /health.
-HEALTH = {"llama.cpp": "/v1/models"}
+# llama.cpp's `llama-server`, which `nox -s engines` builds and names here.
+LLAMA_SERVER = "LLAMA_SERVER"
+HAVE_LLAMA_CPP = Path(os.environ.get(LLAMA_SERVER) or "/nonexistent").is_file()
+NEEDS_LLAMA_CPP = "needs llama.cpp's llama-server: run `nox -s engines`, which builds it"
 
 
 @dataclass
@@ -196,9 +196,8 @@ def wait_healthy(server: Server, timeout: float, started: float) -> None:
                 f"ready; the last lines of {server.log}:\n{server.tail()}"
             )
         if server.url:
-            health = HEALTH.get(server.name, "/health")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{server.url}{health}", timeout=2).status_code == 200:
+                if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
                     server.ready_after = time.monotonic() - started
                     return
         if time.monotonic() > deadline:
@@ -338,34 +337,56 @@ def our_server(
         stop(server)
 
 
-def llama_cpp_command(gguf_path: Path, port: int) -> list[str]:
-    """llama-cpp-python's OpenAI server (llama.cpp underneath) on our GGUF file, with the
-    context length the other two servers have."""
+# llama.cpp's server: as many slots as the others' --max-num-seqs, each with the others'
+# --max-model-len, so its KV cache (float32, as the others') holds as many tokens: 64 MiB;
+# and the compute threads the others take: all cores but one, left to the HTTP side (vLLM's
+# CPU worker binds its OpenMP threads so, and our core sets torch's threads so).
+LLAMA_CPP_SLOTS = MAX_NUM_SEQS
+LLAMA_CPP_THREADS = max(1, (os.cpu_count() or 1) - 1)
+
+
+def llama_cpp_command(binary: Path, gguf_path: Path, port: int) -> list[str]:
+    """llama.cpp's `llama-server` on our GGUF file, its knobs pinned to the others' values."""
     return [
-        sys.executable,
-        "-m",
-        "llama_cpp.server",
+        str(binary),
         "--model",
         str(gguf_path),
-        "--model_alias",
+        "--alias",
         MODEL_NAME,
         "--host",
         "127.0.0.1",
         "--port",
         str(port),
-        "--n_ctx",
-        str(MAX_MODEL_LEN),
+        "--parallel",
+        str(LLAMA_CPP_SLOTS),
+        "--ctx-size",  # shared out among the slots: MAX_MODEL_LEN each
+        str(LLAMA_CPP_SLOTS * MAX_MODEL_LEN),
+        "--no-kv-unified",  # each slot its own MAX_MODEL_LEN cells, none borrowed
+        "--cont-batching",
+        "--cache-prompt",  # each slot reuses its KV for a prompt that starts the same way
+        "--cache-ram",
+        "0",  # and no host-memory cache of prompts beside it (8 GiB by default)
+        "--cache-type-k",
+        "f32",  # its default is f16
+        "--cache-type-v",
+        "f32",
+        "--threads",
+        str(LLAMA_CPP_THREADS),
+        "--threads-batch",
+        str(LLAMA_CPP_THREADS),
+        "--jinja",  # the chat template stored in the file
+        "--no-webui",
     ]
 
 
 @contextlib.contextmanager
 def llama_cpp_server(model_dir: Path, log_dir: Path, timeout: float = 120.0) -> Iterator[Server]:
     """Export `model_dir` to GGUF (`llmserve_ref.model.gguf_export`) and serve it with
-    llama.cpp, through llama-cpp-python's server, while the block runs."""
+    `llama-server` (the binary $LLAMA_SERVER names) while the block runs."""
     gguf_path = log_dir / "tiny.gguf"
     export(gguf_path, model_dir)
     port = free_port()
-    command = llama_cpp_command(gguf_path, port)
+    command = llama_cpp_command(Path(os.environ[LLAMA_SERVER]), gguf_path, port)
     log, env = log_dir / "llama.cpp.log", dict(os.environ)
     with launched("llama.cpp", command, log, env, port, timeout) as server:
         yield server

@@ -1,7 +1,8 @@
 """llama.cpp runs our GGUF export as we run the model: the same greedy tokens.
 
-`llmserve_ref.model.gguf_export` writes the file; llama.cpp serves it through
-llama-cpp-python's OpenAI server. On /v1/completions and on /v1/chat/completions its greedy
+`llmserve_ref.model.gguf_export` writes the file; llama.cpp's own server, `llama-server`
+(built by `nox -s engines` from the llama.cpp source that llama-cpp-python's sdist vendors),
+serves it. On /v1/completions and on /v1/chat/completions its greedy
 reply must be the text of the tokens our model picks in this process from our prompt ids,
 as many tokens, and so must our server's. Its prompt_tokens must be our prompt's length:
 our prompts start with exactly one BOS on both endpoints, so a missing or doubled BOS
@@ -41,15 +42,14 @@ CHATS = [
         {"role": "user", "content": "Another one."},
     ],
 ]
-# llama-cpp-python's server penalizes repeats (1.1) unless told not to: greedy is argmax.
-GREEDY = {"model": servers.MODEL_NAME, "temperature": 0, "repeat_penalty": 1.0}
+GREEDY = {"model": servers.MODEL_NAME, "temperature": 0}
 TS_CLIENT = servers.ROOT / "clients" / "ts"
 tokenizer = Tokenizer.from_file(TARGET_DIR)
 
 
 def reply(ids: list[int]) -> tuple[list[int], str]:
-    """The tokens a server reports for a greedy continuation `ids`, and its finish_reason:
-    llama.cpp counts the tokens before <|eos|>, not <|eos|> itself."""
+    """The tokens whose text a server sends for a greedy continuation `ids` (not <|eos|>,
+    which llama-server counts in completion_tokens all the same), and its finish_reason."""
     if ids and ids[-1] == tokenizer.eos_id:
         return ids[:-1], "stop"
     return ids, "length"
@@ -64,16 +64,18 @@ def post(server: servers.Server, path: str, body: dict) -> dict:
 @pytest.mark.parametrize("prompt", servers.PROMPTS)
 def test_completion_matches_ours(prompt, greedy, llama_cpp, ours):
     prompt_ids = tokenizer.encode(prompt, add_bos=True)  # special tokens read, as vLLM does
-    expected, finish_reason = reply(greedy(prompt_ids, MAX_TOKENS))
+    generated = greedy(prompt_ids, MAX_TOKENS)
+    expected, finish_reason = reply(generated)
     body = {**GREEDY, "prompt": prompt, "max_tokens": MAX_TOKENS}
 
     theirs = post(llama_cpp, "/v1/completions", body)
     assert theirs["usage"]["prompt_tokens"] == len(prompt_ids)  # one BOS, the same tokens
-    assert theirs["usage"]["completion_tokens"] == len(expected)
+    assert theirs["usage"]["completion_tokens"] == len(generated)
     text = theirs["choices"][0]["text"]
     assert text == tokenizer.decode(expected)
     assert theirs["choices"][0]["finish_reason"] == finish_reason
     mine = post(ours, "/v1/completions", body)
+    assert mine["usage"]["completion_tokens"] == len(generated)  # <|eos|> counted by both
     assert mine["choices"][0]["text"] == text
     assert mine["choices"][0]["finish_reason"] == finish_reason
     print(f"\n{prompt!r} -> {text!r} ({len(expected)} tokens, {finish_reason})")
@@ -82,12 +84,13 @@ def test_completion_matches_ours(prompt, greedy, llama_cpp, ours):
 @pytest.mark.parametrize("messages", CHATS, ids=range(len(CHATS)))
 def test_chat_matches_ours(messages, greedy, llama_cpp, ours):
     prompt_ids = render_ids(messages, tokenizer)  # starts with the template's one <|bos|>
-    expected, finish_reason = reply(greedy(prompt_ids, MAX_TOKENS))
+    generated = greedy(prompt_ids, MAX_TOKENS)
+    expected, finish_reason = reply(generated)
     body = {**GREEDY, "messages": messages, "max_tokens": MAX_TOKENS}
 
     theirs = post(llama_cpp, "/v1/chat/completions", body)
     assert theirs["usage"]["prompt_tokens"] == len(prompt_ids)
-    assert theirs["usage"]["completion_tokens"] == len(expected)
+    assert theirs["usage"]["completion_tokens"] == len(generated)
     text = theirs["choices"][0]["message"]["content"]
     assert text == tokenizer.decode(expected)
     assert theirs["choices"][0]["finish_reason"] == finish_reason
@@ -96,6 +99,17 @@ def test_chat_matches_ours(messages, greedy, llama_cpp, ours):
     assert mine["choices"][0]["message"]["content"] == text
     assert mine["choices"][0]["finish_reason"] == finish_reason
     print(f"\n{messages[0]['content']!r} -> {text!r} ({len(expected)} tokens, {finish_reason})")
+
+
+def test_its_defaults_do_not_penalize_repeats(llama_cpp):
+    """Greedy is argmax only where no repeat penalty applies: llama-server's default is 1.0
+    (off), which the run-a-model-locally page's request relies on. Its slots and context per
+    slot are the ones the running-a-serving-engine page says it has."""
+    props = httpx.get(f"{llama_cpp.url}/props", timeout=30).json()
+    params = props["default_generation_settings"]["params"]
+    assert params["repeat_penalty"] == 1.0, params
+    assert props["total_slots"] == servers.LLAMA_CPP_SLOTS
+    assert props["default_generation_settings"]["n_ctx"] == servers.MAX_MODEL_LEN  # per slot
 
 
 def test_the_typescript_client_streams_from_it(llama_cpp):

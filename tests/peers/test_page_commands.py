@@ -6,8 +6,10 @@ the page's blocks then run against those servers. So the flags must not drift ap
 page's two console commands, and its `KNOBS` list, are checked here against the session's
 commands, up to what differs on purpose (the model's path, the port, the interpreter, the
 ``| tee`` of the log). So are the speculative-decoding page's two launches with prompt lookup
-(their ``--speculative-config`` included), against the second pair the session starts.
-Nothing here needs vLLM: this runs in `nox -s tests` too.
+(their ``--speculative-config`` included), against the second pair the session starts, and
+its llama-server launch against `servers.llama_cpp_command`; and run-a-model-locally's lines
+that build llama-server, against the noxfile's. Nothing here needs vLLM: this runs in
+`nox -s tests` too.
 """
 
 from __future__ import annotations
@@ -26,15 +28,18 @@ PAGE = servers.ROOT / "docs" / "stage-9" / "running-a-serving-engine.md"
 SPECULATIVE_PAGE = servers.ROOT / "docs" / "stage-6" / "speculative-decoding.md"
 
 
-def console_commands(page: Path = PAGE) -> list[list[str]]:
-    """Every `$ ...` command of the page's console blocks, continuation lines joined."""
+def console_commands(page: Path = PAGE, first: str = "") -> list[list[str]]:
+    """Every `$ ...` command of the page's console blocks, continuation lines joined (those
+    whose first word is `first`, if given)."""
     blocks = re.findall(r"^```console\n(.*?)^```", page.read_text(encoding="utf-8"), re.M | re.S)
     text = "\n".join(blocks).replace("\\\n", " ")
-    return [shlex.split(line[2:]) for line in text.splitlines() if line.startswith("$ ")]
+    lines = [line[2:] for line in text.splitlines() if line.startswith(f"$ {first}")]
+    return [shlex.split(line) for line in lines]
 
 
 def launch(words: list[str]) -> list[str]:
-    """A launch command's arguments, without the log's tee or the values that may differ."""
+    """A launch command's arguments, without the log's tee or the values that may differ
+    (paths, ports, and llama.cpp's threads: one per core of the machine)."""
     words = words[: words.index("2>&1")] if "2>&1" in words else words
     out, skip = [], False
     for word in words:
@@ -43,7 +48,7 @@ def launch(words: list[str]) -> list[str]:
             skip = False
         else:
             out.append(word)
-            skip = word in ("--model", "--port")
+            skip = word in ("--model", "--port", "--threads", "--threads-batch")
     return out
 
 
@@ -51,7 +56,7 @@ def the_command(start: list[str], page: Path = PAGE, config: dict | None = None)
     """The page's one command that starts with `start` (and launches with `config`)."""
     found = [
         c
-        for c in console_commands(page)
+        for c in console_commands(page, start[0])
         if c[: len(start)] == start and (config is None or json.dumps(config) in c)
     ]
     assert len(found) == 1, f"the page should have one command starting {' '.join(start)}"
@@ -98,3 +103,31 @@ def test_both_launches_get_the_same_knobs(command):
     }[command]
     knobs = servers.knobs(*sizes)
     assert session[-len(knobs) :] == knobs
+
+
+def test_llama_cpps_launch_matches_the_session():
+    command = the_command(["build/bin/llama-server"])
+    session = servers.llama_cpp_command(Path("llama-server"), Path("tiny.gguf"), 8080)
+    assert launch(command[1:]) == launch(session[1:])
+    threads = command[command.index("--threads") + 1]
+    assert threads == command[command.index("--threads-batch") + 1] == "1"  # 2 cores, less 1
+
+
+def test_the_llama_cpp_build_is_the_sessions():
+    """run-a-model-locally's CMake lines build llama-server as `nox -s engines` does."""
+    noxfile = ast.parse((servers.ROOT / "noxfile.py").read_text(encoding="utf-8"))
+    pinned = {
+        target.id: ast.literal_eval(node.value)
+        for node in noxfile.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name) and target.id in ("LLAMA_CPP", "LLAMA_CPP_CMAKE")
+    }
+    page = servers.ROOT / "docs" / "stage-3" / "run-a-model-locally.md"
+    version = pinned["LLAMA_CPP"].split("==")[1]
+    download = the_command(["python", "-m", "pip", "download"], page)
+    assert download[-1] == pinned["LLAMA_CPP"]
+    configure = the_command(["cmake", "-S"], page)
+    assert configure[2] == f"llama_cpp_python-{version}/vendor/llama.cpp"
+    assert configure[5:] == pinned["LLAMA_CPP_CMAKE"]
+    assert the_command(["cmake", "--build"], page)[2:5] == ["build", "--target", "llama-server"]

@@ -16,8 +16,9 @@ The command then runs with the environment that says where they are (`servers.pa
     VLLM_NGRAM_BASE_URL, VLLM_NGRAM_LOG, LLMSERVE_NGRAM_BASE_URL, LLMSERVE_NGRAM_LOG
     VLLM_DRAFT_BASE_URL, VLLM_DRAFT_LOG, LLMSERVE_DRAFT_BASE_URL, LLMSERVE_DRAFT_LOG
                                        the same for the four that speculate
-    LLAMA_CPP_BASE_URL, LLAMA_CPP_LOG  the same for llama.cpp on our GGUF export, where
-                                       llama-cpp-python is installed (the engines session)
+    LLAMA_CPP_BASE_URL, LLAMA_CPP_LOG  the same for llama.cpp's llama-server on our GGUF
+                                       export, where $LLAMA_SERVER names the binary (the
+                                       engines session builds it)
     LLMSERVE_ENGINES=1                 the page's vLLM blocks run instead of skipping
 
 The page reads the same variables, with a reader's defaults (ports 8000 and 8001), and
@@ -60,7 +61,7 @@ def main(command: list[str]) -> int:
             running.append(up.enter_context(vllm))
             ours = servers.our_server(root, speculative_config=config, **sizes)
             running.append(up.enter_context(ours))
-        if servers.HAVE_LLAMA_CPP:  # the engines session installs it; its tests skip without
+        if servers.HAVE_LLAMA_CPP:  # the engines session builds it; its tests skip without
             running.append(up.enter_context(servers.llama_cpp_server(model_dir, root)))
         for server in running:
             print(

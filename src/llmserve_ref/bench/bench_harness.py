@@ -94,6 +94,30 @@ def run_grid(
 # --8<-- [end:grid]
 
 
+def harness_config(
+    base_url: str,
+    users: int,
+    num_prompts: int,
+    seed: int,
+    input_len: int = 32,
+    output_len: int = 32,
+    num_warmups: int = 0,
+) -> BenchConfig:
+    """The harness's workload for `llmserve-ref bench`: a closed loop of `users`, prompts of
+    `input_len` tokens, `output_len` tokens out with ``ignore_eos``, greedy."""
+    return BenchConfig(
+        base_url,
+        max_concurrency=users,
+        num_prompts=num_prompts,
+        num_warmups=num_warmups,
+        input_len=Fixed(input_len),
+        output_len=Fixed(output_len),
+        ignore_eos=True,
+        seed=seed,
+        extra_body={"temperature": 0},
+    )
+
+
 def our_client(
     num_prompts: Callable[[int], int] = lambda users: max(32, 4 * users),
     input_len: int = 32,
@@ -103,16 +127,8 @@ def our_client(
     """`llmserve-ref bench` as a harness client: a closed loop, ``ignore_eos``, greedy."""
 
     def measure(base_url: str, users: int, seed: int) -> Point:
-        config = BenchConfig(
-            base_url,
-            max_concurrency=users,
-            num_prompts=num_prompts(users),
-            num_warmups=num_warmups,
-            input_len=Fixed(input_len),
-            output_len=Fixed(output_len),
-            ignore_eos=True,
-            seed=seed,
-            extra_body={"temperature": 0},
+        config = harness_config(
+            base_url, users, num_prompts(users), seed, input_len, output_len, num_warmups
         )
         result = run(config)
         document = to_result(result, result.summary(), detailed=True)
@@ -140,15 +156,15 @@ def median_ratio(
     return mine / other
 
 
-def table(grid: Mapping[tuple[str, int], list[Point]], ours: str, theirs: str) -> str:
-    """Per load: each server's output tok/s, TTFT and TPOT as min-median-max, and the ratio
-    of medians ours/theirs."""
+def table(grid: Mapping[tuple[str, int], list[Point]], ours: str, peers: Sequence[str]) -> str:
+    """Per load: each server's output tok/s, TTFT and TPOT as min-median-max, and on our row
+    the ratio of medians ours/peer, one column per peer."""
     users = sorted({u for _, u in grid})
-    rows = [("users", "server", "output tok/s", "TTFT ms", "TPOT ms", "ours/theirs tok/s")]
+    ratios = tuple(f"ours/{peer} tok/s" for peer in peers)
+    rows = [("users", "server", "output tok/s", "TTFT ms", "TPOT ms", *ratios)]
     for u in users:
-        for name in (theirs, ours):
+        for name in (*peers, ours):
             points = grid[name, u]
-            ratio = f"{median_ratio(grid, 'output_throughput', ours, theirs, u):.2f}"
             rows.append(
                 (
                     str(u),
@@ -156,7 +172,12 @@ def table(grid: Mapping[tuple[str, int], list[Point]], ours: str, theirs: str) -
                     spread([p.output_throughput for p in points]),
                     spread([p.ttft_ms for p in points], 1),
                     spread([p.tpot_ms for p in points], 2),
-                    ratio if name == ours else "",
+                    *(
+                        f"{median_ratio(grid, 'output_throughput', ours, peer, u):.2f}"
+                        if name == ours
+                        else ""
+                        for peer in peers
+                    ),
                 )
             )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

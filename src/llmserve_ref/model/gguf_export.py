@@ -100,8 +100,8 @@ def export(path: str | Path, model_dir: str | Path = TARGET_DIR) -> None:
     # Every prompt starts with exactly one <|bos|>, as on our server and vLLM. llama.cpp
     # puts BOS in front of a raw prompt when add_bos_token is set (llama-vocab.cpp), and
     # before tokenizing a chat it strips the <|bos|> our template writes (common/chat.cpp),
-    # so a chat starts with one too; llama-cpp-python tokenizes its chat prompt without
-    # adding one. With False, a raw prompt would reach the model without BOS.
+    # so a chat starts with one too. With False, a raw prompt would reach the model without
+    # BOS.
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)  # the model ends its turn with <|eos|> itself
     writer.add_chat_template(CHAT_TEMPLATE)
