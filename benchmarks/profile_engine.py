@@ -1,6 +1,6 @@
 """Where the time of a served token goes: the API process, the hand-off, the core, the forward.
 
-    python benchmarks/profile_engine.py [--concurrency 1 16 64] [--requests-per-user 6]
+    python benchmarks/profile_engine.py [--concurrency 1 16 64] [--requests-per-user 6] [--compile]
 
 How much of a served token's time is the model's forward pass, and where does the rest
 go: the HTTP side, the hand-off between the processes, scheduling and batch building,
@@ -28,7 +28,14 @@ sampling, detokenization? This benchmark measures it, in two parts.
    `PagedBatch.attend`: the KV write, the paged gather, SDPA), norms and elementwise
    ops, copies and indexing, views; `PagedBatch` construction is batch building, and
    the step's time outside any op is the Python of the model's modules. The same steps
-   timed without the profiler show what profiling added.
+   timed without the profiler show what profiling added. With ``--compile`` the server
+   runs ``serve --compile`` and each batch's step is also profiled compiled
+   (`llmserve_ref.engine.compiled_decode`): the ops the graph calls out to (the matmuls,
+   SDPA, the KV write) by family, its generated kernels (the rest, fused) as one, and
+   its entry (dynamo's guards, the wrappers) as another.
+3. **Padding** (with ``--compile``). Decode steps of 1 to 100 sequences, eager and
+   compiled at the size ``serve --compile --max-num-seqs 128`` pads them to, timed in
+   turns, and whether the engine runs each compiled or, its padding too costly, eagerly.
 
 One table for each part. Sampling takes CPU, and on a small machine the client, the
 server's two processes and py-spy share the cores: the plain run beside the sampled one
@@ -68,6 +75,7 @@ from torch.autograd.profiler_util import FunctionEvent
 from llmserve_ref.bench.bench_client import run
 from llmserve_ref.bench.bench_harness import harness_config
 from llmserve_ref.bench.bench_metrics import Summary
+from llmserve_ref.engine.engine_config import EngineConfig
 from llmserve_ref.engine.model_runner import ModelRunner
 from llmserve_ref.engine.paged_batch import Chunk, PagedBatch
 from llmserve_ref.model.llama import Llama
@@ -142,7 +150,9 @@ RULES = (
     rule("core", "/llmserve_ref/model/sampling.py", "", SAMPLING),
     rule("core", "/llmserve_ref/model/llama.py /llmserve_ref/kernels/", "", FORWARD),
     rule("core", "/llmserve_ref/engine/paged_batch.py", "attend positions", FORWARD),
-    rule("core", "/llmserve_ref/engine/kv_storage.py", "write keys values", FORWARD),
+    rule("core", "/llmserve_ref/engine/kv_storage.py", "write _write_kv keys values", FORWARD),
+    rule("core", "/llmserve_ref/engine/compiled_decode.py", "hidden_states", FORWARD),
+    rule("core", "/torchinductor_", "", FORWARD),  # the compiled graph's generated wrapper
     rule("core", "/llmserve_ref/engine/scheduler.py /llmserve_ref/engine/block_manager.py",
          "", SCHEDULING),
     rule("core", "/llmserve_ref/engine/kv_block.py /llmserve_ref/engine/request.py", "",
@@ -319,9 +329,11 @@ def core_pid_of(api_pid: int) -> int:
 
 
 @contextlib.contextmanager
-def served(log_path: Path) -> Iterator[Server]:
-    """``llmserve-ref serve`` on a free port of 127.0.0.1, until the block ends."""
+def served(log_path: Path, compile: bool, max_num_seqs: int) -> Iterator[Server]:
+    """``llmserve-ref serve`` on a free port of 127.0.0.1 (``--compile``d or not, for at
+    most `max_num_seqs` sequences: fewer sizes to compile), until the block ends."""
     command = [sys.executable, "-m", "llmserve_ref.cli", "serve", "--port", "0"]
+    command += ["--max-num-seqs", str(max_num_seqs), *(["--compile"] if compile else [])]
     with log_path.open("w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -569,6 +581,7 @@ def print_top_functions(rows: list[Served], count: int = 6) -> None:
 # ------------------------------------------------------------------------------------------
 
 STEP = "decode step"
+PADDED = (1, 3, 12, 15, 16, 17, 20, 33, 63, 64, 65, 100)  # sequences in a step (Part 3)
 ATTENTION = "PagedBatch.attend"
 BUILD = "PagedBatch.__init__"
 OP_FAMILIES = {
@@ -594,14 +607,38 @@ ATTENTION_PARTS = {
 BATCH_FAMILY = "batch building (PagedBatch)"
 PYTHON_FAMILY = "Python between ops (modules, glue)"
 OTHER_FAMILY = "other ops"
+# In a compiled step: the ops the graph calls out to, its own generated kernels (the
+# elementwise ops, norms, RoPE, the paged gather and the mask, fused), and its entry
+# (dynamo's guards on the inputs, the wrappers around the graph).
+COMPILED_PARTS = {
+    "llmserve::write_kv": ATTENTION_PARTS["aten::index_copy_"],
+    "aten::_scaled_dot_product_flash_attention_for_cpu": ATTENTION_PARTS[
+        "aten::scaled_dot_product_attention"
+    ],
+}
+COMPILED_KERNELS = "compiled: generated kernels (fused ops)"
+COMPILED_ENTRY = "compiled: guards, graph entry"
 FAMILIES = (
     *OP_FAMILIES,
     *ATTENTION_PARTS.values(),
     "attention: other (mask, views, glue)",
+    COMPILED_KERNELS,
+    COMPILED_ENTRY,
     BATCH_FAMILY,
     OTHER_FAMILY,
     PYTHON_FAMILY,
 )
+
+
+def compiled_family(names: Sequence[str]) -> str | None:
+    """The family of self time inside a compiled graph's call (`names`: the regions and ops
+    it is in, outermost first), or None outside one."""
+    if not any(n.startswith(("Torch-Compiled Region", "TorchDynamo")) for n in names):
+        return None
+    for n in names:
+        if n in COMPILED_PARTS or n in FAMILY_OF:
+            return COMPILED_PARTS.get(n) or FAMILY_OF[n]
+    return COMPILED_KERNELS if any("CompiledFxGraph" in n for n in names) else COMPILED_ENTRY
 
 
 def family(event: FunctionEvent) -> str | None:
@@ -620,6 +657,8 @@ def family(event: FunctionEvent) -> str | None:
         return ATTENTION_PARTS.get(part, "attention: other (mask, views, glue)")
     if inside[0].name == BUILD:
         return BATCH_FAMILY
+    if compiled := compiled_family([e.name for e in inside]):
+        return compiled
     for e in inside:
         if e.name in FAMILY_OF:
             return FAMILY_OF[e.name]
@@ -640,15 +679,21 @@ def labelled(cls: type, name: str, label: str) -> contextlib.AbstractContextMana
 @dataclass(frozen=True)
 class ForwardProfile:
     batch: int
+    compiled: bool  # the step compiled for its batch size (`serve --compile`), or eager
     plain_ms: float  # median ModelRunner.forward, no profiler
     profiled_ms: float  # mean of the profiled steps
     families: dict[str, float]  # ms per step
 
 
-def decode_setup(model: Llama, batch: int) -> tuple[ModelRunner, list[Chunk]]:
-    """A runner whose `batch` sequences hold 32 prompt tokens, and their next decode step."""
+def decode_setup(
+    model: Llama, batch: int, sizes: Sequence[int] = ()
+) -> tuple[ModelRunner, list[Chunk]]:
+    """A runner whose `batch` sequences hold 32 prompt tokens, and their next decode step;
+    with `sizes`, the step compiled for them, as ``serve --compile`` runs it."""
     blocks = -(-(PROMPT_LEN + 1) // BLOCK_SIZE)
-    runner = ModelRunner(model, num_blocks=batch * blocks + 1, block_size=BLOCK_SIZE)
+    runner = ModelRunner(model, batch * blocks + 1, BLOCK_SIZE, compile_sizes=sizes)
+    if runner.compiled:
+        runner.compiled.warm_up()
     rng = np.random.default_rng(batch)
     tables = [list(range(1 + b * blocks, 1 + (b + 1) * blocks)) for b in range(batch)]
     vocab = model.config.vocab_size
@@ -668,8 +713,8 @@ def timed(step: Callable[[], object], steps: int) -> float:
     return float(np.median(times)) * 1e3
 
 
-def profile_forward(model: Llama, batch: int, steps: int) -> ForwardProfile:
-    runner, decode = decode_setup(model, batch)
+def profile_forward(model: Llama, batch: int, steps: int, compiled: bool) -> ForwardProfile:
+    runner, decode = decode_setup(model, batch, [batch] if compiled else [])
 
     def step() -> torch.Tensor:
         return runner.forward(decode)
@@ -692,11 +737,51 @@ def profile_forward(model: Llama, batch: int, steps: int) -> ForwardProfile:
         if f is not None:
             totals[f] += e.self_cpu_time_total / 1e3 / steps
     profiled = sum(e.cpu_time_total for e in events if e.name == STEP) / 1e3 / steps
-    return ForwardProfile(batch, plain, profiled, dict(totals))
+    return ForwardProfile(batch, compiled, plain, profiled, dict(totals))
+
+
+@dataclass(frozen=True)
+class Padded:
+    sequences: int
+    size: int  # the compiled size the step is padded to
+    eager_ms: float
+    compiled_ms: float  # padded to `size`
+    engine_compiles: bool  # whether the engine runs it compiled (`CompiledDecode.size_for`)
+
+
+def padding_sweep(model: Llama, counts: Sequence[int], steps: int) -> list[Padded]:
+    """Decode steps of each count of sequences, eager and compiled at the size that
+    ``serve --compile --max-num-seqs 128`` pads them to, timed in turns."""
+    sizes = EngineConfig(max_num_seqs=128, compile=True).compile_sizes
+    rows = []
+    for n in counts:
+        size = next(s for s in sizes if s >= n)
+        runs = decode_setup(model, n), decode_setup(model, n, [size])  # eager, compiled
+        times: tuple[list[float], list[float]] = ([], [])
+        for i in range(5 + steps):  # in turns; the first 5 are a warm-up
+            for (runner, decode), spent in zip(runs, times, strict=True):
+                start = time.perf_counter()
+                runner.forward(decode)
+                if i >= 5:
+                    spent.append((time.perf_counter() - start) * 1e3)
+        graphs, decode = runs[1][0].compiled, runs[1][1]
+        compiles = graphs is not None and graphs.size_for(decode) is not None
+        rows.append(Padded(n, size, *(float(np.median(t)) for t in times), compiles))
+    return rows
+
+
+def print_padding(rows: list[Padded]) -> None:
+    print(f"{'sequences':>10} {'padded to':>9} {'eager ms':>9} {'compiled ms':>12} {'ratio':>6}"
+          f"  the engine runs it")  # fmt: skip
+    for r in rows:
+        ratio = r.compiled_ms / r.eager_ms
+        print(f"{r.sequences:>10} {r.size:>9} {r.eager_ms:>9.3f} {r.compiled_ms:>12.3f}", end="")
+        print(f" {ratio:>6.2f}  {'compiled' if r.engine_compiles else 'eagerly'}")
 
 
 def print_forward(rows: list[ForwardProfile]) -> None:
     print(f"{'':<{WIDTH}}" + "".join(f"{f'batch {r.batch}':>13}" for r in rows))
+    print(f"{'':<{WIDTH}}" + "".join(f"{'compiled' if r.compiled else 'eager':>13}" for r in rows))
     print(f"{'':<{WIDTH}}" + "".join(f"{'ms/step':>13}" for _ in rows))
     for f in FAMILIES:
         values = [r.families.get(f, 0.0) for r in rows]
@@ -717,6 +802,11 @@ def main() -> None:
     parser.add_argument("--backend", choices=["openai", "openai-chat"], default="openai")
     parser.add_argument("--rate", type=int, default=200, help="py-spy's samples per second")
     parser.add_argument("--forward-steps", type=int, default=30)
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="serve with --compile, and profile the compiled decode step beside the eager one",
+    )
     parser.add_argument("--raw-dir", type=Path, help="keep py-spy's files and the server log here")
     parser.add_argument("--json", type=Path, help="also write both tables' numbers here")
     args = parser.parse_args()
@@ -732,7 +822,7 @@ def main() -> None:
     )
     started = time.perf_counter()
     rows = []
-    with served(raw_dir / "server.log") as server:
+    with served(raw_dir / "server.log", args.compile, max(args.concurrency)) as server:
         for users in args.concurrency:
             requests = max(48, users * args.requests_per_user)
             rows.append(profile_served(server, args.backend, users, requests, args.rate, raw_dir))
@@ -743,15 +833,22 @@ def main() -> None:
     torch.set_num_threads(threads)  # as the core process runs
     model = Llama.from_pretrained(TARGET_DIR, "cpu")
     batches = [1, 16, 64]
-    forward = [profile_forward(model, b, args.forward_steps) for b in batches]
+    modes = [False, True] if args.compile else [False]
+    forward = [profile_forward(model, b, args.forward_steps, c) for b in batches for c in modes]
     print(f"\nPart 2: one decode step by op family, {threads} torch thread(s), torch.profiler")
     print_forward(forward)
+    padding = padding_sweep(model, PADDED, args.forward_steps) if args.compile else []
+    if padding:
+        print("\nPart 3: decode steps padded to the compiled sizes, medians, no profiler")
+        print_padding(padding)
     print(f"\n({time.perf_counter() - started:.0f} s in all)")
     if args.json:
-        args.json.write_text(json.dumps(as_json(rows, forward), indent=1))
+        args.json.write_text(json.dumps(as_json(rows, forward, padding), indent=1))
 
 
-def as_json(rows: list[Served], forward: list[ForwardProfile]) -> dict[str, object]:
+def as_json(
+    rows: list[Served], forward: list[ForwardProfile], padding: list[Padded]
+) -> dict[str, object]:
     """Both tables' numbers: per load, ms per token (1 user) or step by role and category,
     the wall and the client's TPOT; per batch, ms per decode step by op family."""
     return {
@@ -769,6 +866,7 @@ def as_json(rows: list[Served], forward: list[ForwardProfile]) -> dict[str, obje
             for r in rows
         ],
         "forward": [vars(f) for f in forward],
+        "padding": [vars(p) for p in padding],
     }
 
 

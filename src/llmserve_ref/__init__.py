@@ -91,6 +91,8 @@ engine/, many requests on one model:
 * ``engine.block_manager``: the paged KV allocator: block tables, refcounts, prefix cache.
   Pages: stage-7/pagedattention, stage-7/scheduler-simulator, stage-8/paged-kv-allocator,
   stage-8/prefix-caching.
+* ``engine.compiled_decode``: the decode step compiled, one graph per batch size, padded to it.
+  Pages: stage-9/running-a-serving-engine.
 * ``engine.core_worker``: the engine core's loop in its own process or thread, and its messages.
   Pages: none.
 * ``engine.draft_proposer``: a draft model guesses each sequence's next tokens, its KV paged too.
@@ -117,7 +119,7 @@ engine/, many requests on one model:
 * ``engine.output_processor``: token ids to each stream's text, stop strings, times, endings.
   Pages: stage-6/streaming.
 * ``engine.paged_batch``: one step's packed tokens, attending through block tables.
-  Pages: stage-7/pagedattention.
+  Pages: stage-7/pagedattention, stage-9/running-a-serving-engine.
 * ``engine.request``: a request as the scheduler sees it: counted in tokens.
   Pages: stage-7/pagedattention, stage-7/pd-disaggregation, stage-7/scheduler-simulator,
   stage-8/paged-kv-allocator, stage-8/prefix-caching.

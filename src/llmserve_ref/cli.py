@@ -24,7 +24,7 @@ dependencies (the server's uvicorn, say) are not needed by another.
 >>> engine_config(parser.parse_args(["serve", "--kv-cache-memory-bytes", "1GiB"]))
 EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, block_size=16, \
 enable_prefix_caching=True, max_model_len=None, kv_cache_memory_bytes=1073741824, \
-speculative_config=None)
+speculative_config=None, compile=False)
 """
 
 from __future__ import annotations
@@ -204,6 +204,13 @@ def add_engine_flags(group: argparse._ArgumentGroup) -> None:
         """'{"method": "draft_model", "model": "tiny-draft", "num_speculative_tokens": 4}'; """
         "None: off",
     )
+    group.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.compile,
+        help="run decode steps as torch.compile graphs, one per batch size (1, 2, 4, ... "
+        "--max-num-seqs), compiled at startup (vLLM compiles unless --enforce-eager)",
+    )
 
 
 def add_access_flags(group: argparse._ArgumentGroup) -> None:
@@ -280,6 +287,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_model_len=args.max_model_len,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         speculative_config=args.speculative_config,
+        compile=args.compile,
     )
 
 

@@ -91,6 +91,24 @@ def test_a_mixed_batch_gives_each_prompt_what_generate_gives_it_alone(
     assert core.scheduler.block_manager.num_used_blocks == 0
 
 
+@pytest.mark.slow  # compiles five graphs of the tiny model (seconds each, cold)
+def test_compiled_decode_steps_give_every_token_generate_gives(
+    target, prompts, greedy_reference, monkeypatch
+):
+    """With the decode step compiled (`llmserve-ref serve --compile`), token for token:
+    here a near-tie flip would fail, as the issue that brought compilation asks."""
+    model, _ = target
+    config = SchedulerConfig(token_budget=256, max_num_seqs=16, block_size=16, num_blocks=256)
+    core = EngineCore(model, config, compile_sizes=[1, 2, 4, 8, 16])
+    graphs = core.runner.compiled
+    sizes = []  # the size of every step that ran compiled
+    run = graphs.hidden_states
+    monkeypatch.setattr(graphs, "hidden_states", lambda b: sizes.append(b.num_decodes) or run(b))
+    ours = generate_batch(core, prompts, GREEDY, max_tokens=32)
+    assert ours == greedy_reference
+    assert 16 in sizes and len(sizes) > 10  # at least the steps of all 16 sequences
+
+
 def test_prefix_caching_and_preemption_change_no_token(target, prompts):
     # A shared 48-token system prefix, a pool so small that requests are preempted, and
     # requests arriving while others decode: hits, copies, evictions, recomputes.

@@ -289,8 +289,10 @@ def our_command(
     block_size: int,
     kv_cache_memory_bytes: int,
     speculative_config: dict | None = None,
+    compile: bool = True,
 ) -> list[str]:
-    """``llmserve-ref serve`` on `port` (0: any free one) with the `knobs` (the page's launch)."""
+    """``llmserve-ref serve`` on `port` (0: any free one) with the `knobs` (the page's launch):
+    its decode steps compiled, as vLLM compiles its forward pass, unless `compile` is False."""
     return [
         sys.executable,
         "-m",
@@ -300,6 +302,7 @@ def our_command(
         MODEL_NAME,
         "--port",
         str(port),
+        *(["--compile"] if compile else []),
         *speculating(speculative_config),
         *knobs(block_size, kv_cache_memory_bytes),
     ]
@@ -312,14 +315,17 @@ def our_server(
     kv_cache_memory_bytes: int,
     block_size: int,
     speculative_config: dict | None = None,
-    timeout: float = 120.0,
+    compile: bool = True,
+    timeout: float = 240.0,
 ) -> Iterator[Server]:
-    """``llmserve-ref serve`` (the batched engine) with vLLM's flags, while the block runs.
+    """``llmserve-ref serve`` (the batched engine) with vLLM's flags, while the block runs;
+    "llmserve-ref eager" without ``--compile`` (the engine as it ran before it compiled).
 
-    Port 0 lets it pick a free port; it announces the URL on a line of its own.
+    Port 0 lets it pick a free port; it announces the URL on a line of its own. Compiling
+    takes seconds with torch's compile cache warm, a few minutes cold (hence the timeout).
     """
-    command = our_command(0, block_size, kv_cache_memory_bytes, speculative_config)
-    name = named("llmserve-ref", speculative_config)
+    command = our_command(0, block_size, kv_cache_memory_bytes, speculative_config, compile)
+    name = named("llmserve-ref", speculative_config) + ("" if compile else " eager")
     started = time.monotonic()
     log = log_dir / f"{name.replace(' ', '-')}.log"
     server = start(name, command, log, dict(os.environ))
@@ -399,6 +405,7 @@ def llama_cpp_server(model_dir: Path, log_dir: Path, timeout: float = 120.0) -> 
 ENV = {
     "vLLM": ("VLLM_BASE_URL", "VLLM_LOG"),
     "llmserve-ref": ("LLMSERVE_BASE_URL", "LLMSERVE_LOG"),
+    "llmserve-ref eager": ("LLMSERVE_EAGER_BASE_URL", "LLMSERVE_EAGER_LOG"),
     "llama.cpp": ("LLAMA_CPP_BASE_URL", "LLAMA_CPP_LOG"),
     "vLLM ngram": ("VLLM_NGRAM_BASE_URL", "VLLM_NGRAM_LOG"),
     "llmserve-ref ngram": ("LLMSERVE_NGRAM_BASE_URL", "LLMSERVE_NGRAM_LOG"),

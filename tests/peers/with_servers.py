@@ -5,10 +5,11 @@
 
 This is what `nox -s engines` runs. Both servers start once, with the flags of the launch
 commands on the page (`servers.knobs`): vLLM's CPU build in float32 on a copy of the model,
-and ``llmserve-ref serve``; then the same two with prompt lookup (``--speculative-config``
+and ``llmserve-ref serve --compile``; then the same two with prompt lookup (``--speculative-config``
 with `servers.NGRAM`), and the same two with the draft model (`servers.DRAFT`, a copy of
 the package's draft beside the model's), which the speculative-decoding page measures
-against the first two.
+against the first two; and ours once more without ``--compile`` (eager), which the
+serving-engine page measures the compiled one against.
 The command then runs with the environment that says where they are (`servers.page_env`):
 
     VLLM_BASE_URL, LLMSERVE_BASE_URL   the servers' OpenAI base URLs (http://127.0.0.1:PORT/v1)
@@ -16,6 +17,8 @@ The command then runs with the environment that says where they are (`servers.pa
     VLLM_NGRAM_BASE_URL, VLLM_NGRAM_LOG, LLMSERVE_NGRAM_BASE_URL, LLMSERVE_NGRAM_LOG
     VLLM_DRAFT_BASE_URL, VLLM_DRAFT_LOG, LLMSERVE_DRAFT_BASE_URL, LLMSERVE_DRAFT_LOG
                                        the same for the four that speculate
+    LLMSERVE_EAGER_BASE_URL, LLMSERVE_EAGER_LOG
+                                       the same for ours without --compile
     LLAMA_CPP_BASE_URL, LLAMA_CPP_LOG  the same for llama.cpp's llama-server on our GGUF
                                        export, where $LLAMA_SERVER names the binary (the
                                        engines session builds it)
@@ -61,6 +64,8 @@ def main(command: list[str]) -> int:
             running.append(up.enter_context(vllm))
             ours = servers.our_server(root, speculative_config=config, **sizes)
             running.append(up.enter_context(ours))
+        eager = servers.our_server(root, compile=False, **sizes)  # ours before it compiled
+        running.append(up.enter_context(eager))
         if servers.HAVE_LLAMA_CPP:  # the engines session builds it; its tests skip without
             running.append(up.enter_context(servers.llama_cpp_server(model_dir, root)))
         for server in running:

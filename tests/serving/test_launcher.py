@@ -69,6 +69,32 @@ def test_a_signal_shuts_down_gracefully_and_exits_zero(sig, grace, reasons):
         process.communicate()
 
 
+@pytest.mark.slow
+def test_serve_compile_compiles_at_startup_and_answers_as_the_eager_server(server):
+    """``--compile``: a startup line with the sizes and the seconds, then the same greedy
+    text as the eager engine's (the in-process `server`)."""
+    env = {**os.environ, "LLMSERVE_DEVICE": os.environ.get("LLMSERVE_DEVICE", "cpu")}
+    command = [sys.executable, "-m", "llmserve_ref.cli", "serve", "--port", "0",
+               "--max-num-seqs", "4", "--compile", "--log-level", "warning"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert process.stdout.readline().startswith("llmserve-ref: KV cache: ")
+        compiled = process.stdout.readline()
+        assert compiled.startswith(
+            "llmserve-ref: compiled the decode step for batch sizes [1, 2, 4] in "
+        ), compiled
+        base_url = process.stdout.readline().split(" at ")[1].strip()
+        body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}
+        texts = [
+            httpx.post(f"{url}/completions", json=body, timeout=60).json()["choices"][0]["text"]
+            for url in (base_url, server.base_url)
+        ]
+        assert texts[0] == texts[1] and len(texts[0]) > 24
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
+
+
 def test_the_kv_cache_report_says_what_vllm_logs(server):
     engine = server.engine
     report = kv_cache_report(engine)

@@ -124,7 +124,7 @@ class BatchedEngine:
         spec = CoreSpec(
             str(model_dir), device, self.scheduler_config, self.max_model_len,
             frozenset(tokenizer.backend.get_added_tokens_decoder()),  # <|eos|>, the markers
-            num_threads, config.speculative_config,
+            num_threads, config.speculative_config, config.compile_sizes,
         )  # fmt: skip
         self.processor = OutputProcessor(tokenizer)
         self._outgoing: list[EngineRequest] = []  # submitted in this turn of the event loop
@@ -136,6 +136,7 @@ class BatchedEngine:
         if not isinstance(ready, Ready):
             raise RuntimeError(f"the engine core did not start: {ready!r}")
         self._stats = ready.stats
+        self.compile_seconds = ready.compile_seconds  # None: eager
         self._reader = threading.Thread(target=self._read, name="llmserve-engine-reader")
         self._reader.daemon = True
         self._reader.start()

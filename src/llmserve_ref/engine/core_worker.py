@@ -72,6 +72,7 @@ class CoreSpec:
     stop_token_ids: Collection[int] = ()
     num_threads: int | None = None  # torch's threads in a core process (default: cores - 1)
     speculative: SpeculativeConfig | None = None  # guesses checked each step, if any
+    compile_sizes: Sequence[int] = ()  # decode steps compiled for these batch sizes
 
 
 # To the core.
@@ -98,9 +99,10 @@ class Shutdown:
 # From the core.
 @dataclass(frozen=True)
 class Ready:
-    """The model is loaded; the core takes requests."""
+    """The model is loaded (and its decode step compiled, if asked); the core takes requests."""
 
     stats: EngineStats
+    compile_seconds: float | None = None  # None: every step runs eagerly
 
 
 @dataclass(frozen=True)
@@ -144,8 +146,10 @@ def run_core(spec: CoreSpec, inbox: Connection, outbox: Connection, model: Llama
     core = EngineCore(
         model, spec.scheduler, spec.max_model_len, spec.stop_token_ids,
         proposer=proposer, max_guesses=guess.num_guesses if guess else None,
+        compile_sizes=spec.compile_sizes,
     )  # fmt: skip
-    outbox.send(Ready(core.stats()))
+    compiled = core.runner.compiled
+    outbox.send(Ready(core.stats(), compiled.warm_up() if compiled else None))
     with torch.inference_mode():
         while True:
             if core.idle:  # sleep until a message comes

@@ -2,7 +2,8 @@
 
 ``llmserve-ref serve`` takes each as the flag of the same name (``--max-num-seqs``,
 ``--max-num-batched-tokens``, ``--block-size``, ``--[no-]enable-prefix-caching``,
-``--max-model-len``, ``--kv-cache-memory-bytes``, ``--speculative-config``), and shows
+``--max-model-len``, ``--kv-cache-memory-bytes``, ``--speculative-config``, ``--compile``),
+and shows
 these defaults in its
 ``--help``. The batched engine turns them into its scheduler's settings once it knows
 how many KV blocks its memory holds.
@@ -30,6 +31,22 @@ class EngineConfig:
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     kv_cache_memory_bytes: int = 64 * 2**20  # KV memory; vLLM's CPU backend: VLLM_CPU_KVCACHE_SPACE
     speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding
+    compile: bool = False  # decode steps compiled per batch size (vLLM: on unless --enforce-eager)
+
+    @property
+    def compile_sizes(self) -> list[int]:
+        """The batch sizes the decode step is compiled for: none without `compile`, else
+        1, 2, 4 and every multiple of 8 below `max_num_seqs`, and `max_num_seqs` itself (the
+        shape of vLLM's CUDA graph capture sizes): a step is padded by 7 rows at most.
+
+        >>> EngineConfig(max_num_seqs=40, compile=True).compile_sizes
+        [1, 2, 4, 8, 16, 24, 32, 40]
+        >>> EngineConfig(max_num_seqs=12, compile=True).compile_sizes
+        [1, 2, 4, 8, 12]
+        """
+        n = self.max_num_seqs
+        sizes = [s for s in (1, 2, 4, *range(8, n, 8)) if s < n]
+        return [*sizes, n] if self.compile else []
 
     def scheduler_config(self, num_blocks: int) -> SchedulerConfig:
         return SchedulerConfig(

@@ -99,12 +99,13 @@ class EngineCore:
         block_manager: BlockManager | None = None,
         proposer: Proposer | None = None,
         max_guesses: Callable[[int], int] | None = None,
+        compile_sizes: Sequence[int] = (),
     ) -> None:
-        """`proposer`, if given, guesses each decoding sequence's next tokens every step: at
-        most ``max_guesses(batch size)`` of them, the batch size being the last step's."""
+        """`proposer`, if given, guesses each decoding sequence's next tokens every step, at
+        most ``max_guesses(last step's batch size)``; `compile_sizes`: `ModelRunner`'s."""
         self.max_model_len = max_model_len or model.config.max_position_embeddings
         self.scheduler = Scheduler(config, self.max_model_len, block_manager)
-        self.runner = ModelRunner(model, config.num_blocks, config.block_size)
+        self.runner = ModelRunner(model, config.num_blocks, config.block_size, compile_sizes)
         self.bytes_per_block = config.block_size * model.config.kv_bytes_per_token(model.dtype)
         self.stop_token_ids = frozenset(stop_token_ids)
         self.sequences: dict[str, CoreRequest] = {}
@@ -128,9 +129,8 @@ class EngineCore:
         scheduled = Request(
             r.request_id, len(token_ids), r.max_tokens, token_ids, cache_salt=r.cache_salt
         )
-        generator = None
-        if r.params.seed is not None:
-            generator = torch.Generator(self.runner.model.device).manual_seed(r.params.seed)
+        seed, device = r.params.seed, self.runner.model.device
+        generator = torch.Generator(device).manual_seed(seed) if seed is not None else None
         stops = () if r.ignore_eos else self.stop_token_ids
         seq = CoreRequest(scheduled, token_ids, r.params, generator, stops)
         parent = self.sequences.get(r.fork_of) if r.fork_of is not None else None

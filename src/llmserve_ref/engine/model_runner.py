@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
+from llmserve_ref.engine.compiled_decode import CompiledDecode
 from llmserve_ref.engine.kv_storage import KVStorage
 from llmserve_ref.engine.paged_batch import Chunk, PagedBatch
 from llmserve_ref.kernels.paged_attention import paged_decode_attention
@@ -40,10 +41,15 @@ from llmserve_ref.model.llama import Llama
 class ModelRunner:
     """The model and its paged KV storage: runs one packed forward pass per step."""
 
-    def __init__(self, model: Llama, num_blocks: int, block_size: int) -> None:
+    def __init__(
+        self, model: Llama, num_blocks: int, block_size: int, compile_sizes: Sequence[int] = ()
+    ) -> None:
+        """`compile_sizes`: run decode steps compiled, padded to these batch sizes
+        (`llmserve_ref.engine.compiled_decode`); empty: every step eagerly."""
         self.model = model
+        # Compiled: one block more (beyond the KV memory asked for), the padding's scratch.
         self.storage = KVStorage.for_model(
-            model.config, num_blocks, block_size, model.dtype, model.device
+            model.config, num_blocks + bool(compile_sizes), block_size, model.dtype, model.device
         )
         # On CUDA the decode tokens attend with the Triton kernel, which reads the blocks
         # in place, trusting the block manager's tables (checking them would synchronize
@@ -53,6 +59,11 @@ class ModelRunner:
             functools.partial(paged_decode_attention_triton, check=False)
             if cuda
             else paged_decode_attention
+        )
+        self.compiled = (
+            CompiledDecode(model, self.storage, compile_sizes, self.decode_kernel)
+            if compile_sizes
+            else None
         )
 
     @torch.inference_mode()
@@ -69,8 +80,13 @@ class ModelRunner:
         order = sorted(range(len(chunks)), key=lambda i: chunks[i].kind)  # stable
         packed = [chunks[i] for i in order]
         self.storage.copy_blocks(list(blocks_to_copy))
-        batch = PagedBatch(packed, self.storage, self.decode_kernel)
-        hidden = self.model.hidden_states(batch.input_ids, batch)[0]  # [num_tokens, hidden]
+        size = self.compiled.size_for(packed) if self.compiled else None
+        if self.compiled and size:  # a decode step, padded to a compiled size
+            batch = self.compiled.pad(packed, size)
+            hidden = self.compiled.hidden_states(batch)[0]  # [size, hidden]
+        else:
+            batch = PagedBatch(packed, self.storage, self.decode_kernel)
+            hidden = self.model.hidden_states(batch.input_ids, batch)[0]  # [num_tokens, hidden]
         logits = self.model.compute_logits(hidden[batch.logits_indices]).float()
         if order == list(range(len(chunks))):
             return logits

@@ -62,9 +62,10 @@ class Chunk:
         return 0 if self.is_decode else 1 if self.num_guesses else 2
 
 
-def _padded(tables: list[Sequence[int]], device: torch.device) -> torch.Tensor:
-    """Block tables of different lengths as one ``[batch, max_blocks]`` tensor (pad: block 0)."""
-    width = max((len(t) for t in tables), default=0)
+def _padded(tables: list[Sequence[int]], device: torch.device, width: int = 0) -> torch.Tensor:
+    """Block tables of different lengths as one ``[batch, max_blocks]`` tensor (pad: block 0),
+    at least `width` blocks wide."""
+    width = max(width, *(len(t) for t in tables)) if tables else width
     rows = [list(t) + [0] * (width - len(t)) for t in tables]
     return torch.tensor(rows, dtype=torch.long, device=device).view(len(tables), width)
 
@@ -82,7 +83,10 @@ class PagedBatch:
         chunks: Sequence[Chunk],
         storage: KVStorage,
         decode_kernel: Callable[..., torch.Tensor] | None = None,
+        min_table_width: int = 0,
     ) -> None:
+        """`min_table_width`: `block_tables` has at least this many columns (the blocks past
+        a sequence's length are masked; a compiled step asks for 2, see compiled_decode)."""
         device, size = storage.data.device, storage.block_size
         self.storage = storage
         self.decode_kernel = decode_kernel or paged_decode_attention
@@ -105,7 +109,7 @@ class PagedBatch:
         chunk_of = torch.repeat_interleave(torch.arange(len(chunks), device=device), lengths)
         self._positions = starts[chunk_of] + torch.arange(len(chunk_of), device=device)
         self._positions -= first[chunk_of]
-        tables = _padded([c.block_table for c in chunks], device)
+        tables = _padded([c.block_table for c in chunks], device, min_table_width)
         block_ids = tables[chunk_of, self._positions // size]
         self.slot_mapping = block_ids * size + self._positions % size
         self.seq_lens = starts + lengths  # keys each sequence has once this step writes

@@ -103,6 +103,8 @@ class RotaryEmbedding(nn.Module):
     def _angles(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple:
         """Cosines and sines at `positions`, looked up once per forward pass: every layer
         rotates queries and keys at the same positions (the same tensor object)."""
+        if torch.compiler.is_compiling():  # a compiled graph looks them up itself, no memo
+            return self.cos[positions].to(dtype), self.sin[positions].to(dtype)
         last = self._last
         if last[0] is not positions or last[1].dtype != dtype:
             last = (positions, self.cos[positions].to(dtype), self.sin[positions].to(dtype))

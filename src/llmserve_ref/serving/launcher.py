@@ -102,6 +102,12 @@ def serve(
     running = load_engine(model, engine, engine_config)
     if isinstance(running, BatchedEngine):
         print(f"llmserve-ref: {kv_cache_report(running)}", flush=True)
+        if running.compile_seconds is not None:
+            print(
+                f"llmserve-ref: compiled the decode step for batch sizes "
+                f"{running.config.compile_sizes} in {running.compile_seconds:.1f} s",
+                flush=True,
+            )
     sock = bind(host, port)
     app = create_app(running, model, limits, access)
     config = uvicorn_config(app, limits.header_timeout_s, shutdown_grace, log_level)

@@ -1,0 +1,111 @@
+"""The decode step, compiled: one graph per batch size, each step padded up to one.
+
+Run eagerly, a decode step of the tiny model is a few hundred small PyTorch ops, each
+dispatched from Python: at one sequence most of the step is that dispatch, not
+arithmetic (`benchmarks/profile_engine.py` splits it by op family). `torch.compile`
+traces the forward once and inductor generates kernels (C++ on a CPU) that fuse the
+elementwise ops (norms, RoPE, SiLU, the attention mask), called from a generated Python
+wrapper. vLLM compiles when it starts (on a GPU it also captures CUDA graphs for a list
+of batch sizes; ``--enforce-eager`` turns both off); ``llmserve-ref serve --compile``
+turns it on.
+
+Each graph is compiled for fixed shapes, and the number of sequences changes every step.
+So, as vLLM on a GPU pads a step up to its next CUDA graph's batch size, a decode step
+of n sequences (n tokens) is padded up to the next of the `sizes`
+(`EngineConfig.compile_sizes`), if that adds at most a sixteenth of the size (otherwise
+it runs eagerly): each padding row is token 0 at position 0,
+whose key and value go to a scratch block no sequence owns (the storage's last) and
+whose output nobody reads. The block tables' width (the longest sequence's blocks)
+stays dynamic, so that one graph per size serves every length; it is at least 2, since
+PyTorch specializes a dimension of size 1 into a graph of its own. The KV write is one
+opaque op (`KVStorage.write`), so the graph writes the cache in place.
+
+Only decode steps run compiled. A step with prompt chunks or guesses runs eagerly (its
+attention loops over sequences in Python), as does one with more sequences than the
+largest size: each step chooses.
+
+>>> import torch
+>>> from llmserve_ref.engine.kv_storage import KVStorage
+>>> from llmserve_ref.model.llama import Llama
+>>> from llmserve_ref.model.llama_config import ModelConfig
+>>> config = ModelConfig(vocab_size=32, hidden_size=32, intermediate_size=64,
+...                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+>>> storage = KVStorage.for_model(config, num_blocks=9, block_size=4)  # 8 and a scratch block
+>>> graphs = CompiledDecode(Llama(config), storage, sizes=[1, 2, 4, 16])
+>>> decode = Chunk([3], start=5, block_table=[0, 1], samples=True)
+>>> [graphs.size_for([decode] * n) for n in (2, 3, 15, 17)]  # 3: eager, 15 run as 16
+[2, None, 16, None]
+>>> graphs.pad([decode] * 3, 4).input_ids.tolist()  # a padding row: token 0, to the scratch block
+[[3, 3, 3, 0]]
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from llmserve_ref.engine.kv_storage import KVStorage
+from llmserve_ref.engine.paged_batch import Chunk, PagedBatch
+from llmserve_ref.kernels.paged_attention import paged_decode_attention
+from llmserve_ref.model.llama import Llama
+
+
+class CompiledDecode:
+    """The model's decode forward compiled once per size in `sizes`; `storage`'s last
+    block is the padding rows' scratch block."""
+
+    def __init__(
+        self,
+        model: Llama,
+        storage: KVStorage,
+        sizes: Sequence[int],
+        decode_kernel: Callable[..., torch.Tensor] = paged_decode_attention,
+    ) -> None:
+        self.sizes = sorted(sizes)
+        self.storage, self.decode_kernel = storage, decode_kernel
+        scratch = storage.num_blocks - 1
+        self.padding = Chunk([0], start=0, block_table=[scratch], samples=False)
+        # One graph per size, of a function whose graphs dynamo counts per process (the
+        # same code, whatever the model): past its limit (8 by default) it runs eagerly.
+        torch._dynamo.config.recompile_limit += len(self.sizes)
+        self._hidden_states = torch.compile(model.hidden_states, dynamic=False)
+        # After `warm_up`, a step that would need a new graph runs eagerly instead: a
+        # request never waits seconds for a compile (a test sets "fail_on_recompile").
+        self.stance = "default"
+
+    # --8<-- [start:pad]
+    def size_for(self, chunks: Sequence[Chunk]) -> int | None:
+        """The size a step runs at, or None (eagerly): it has a prompt chunk or guesses, it
+        is too big, or it would be padded by more than a sixteenth of the size."""
+        if not all(c.is_decode for c in chunks):
+            return None
+        size = next((size for size in self.sizes if size >= len(chunks)), None)
+        # A padding row costs what a sequence costs; compiling saves 5-20% of a step
+        # (benchmarks/profile_engine.py --compile, Part 3): past a sixteenth, it loses.
+        return size if size is not None and size - len(chunks) <= size // 16 else None
+
+    def pad(self, chunks: Sequence[Chunk], size: int) -> PagedBatch:
+        """The step's batch, padded to `size` rows."""
+        padded = [*chunks, *[self.padding] * (size - len(chunks))]
+        batch = PagedBatch(padded, self.storage, self.decode_kernel, min_table_width=2)
+        torch._dynamo.maybe_mark_dynamic(batch.block_tables, 1)  # any sequence length
+        return batch
+
+    def hidden_states(self, batch: PagedBatch) -> torch.Tensor:
+        """The compiled `Llama.hidden_states` of a padded batch: ``[1, size, hidden]``."""
+        with torch.compiler.set_stance(self.stance):
+            return self._hidden_states(batch.input_ids, batch)
+
+    # --8<-- [end:pad]
+
+    @torch.inference_mode()  # as the engine core runs: a graph compiled outside is another
+    def warm_up(self) -> float:
+        """Compile every size now (a step of padding rows each), not at a request's first
+        step; returns the seconds it took (seconds each, cold; much less from the cache)."""
+        started = time.perf_counter()
+        for size in self.sizes:
+            self.hidden_states(self.pad([], size))
+        self.stance = "eager_on_recompile"
+        return time.perf_counter() - started
