@@ -31,11 +31,11 @@ sampling, detokenization? This benchmark measures it, in two parts.
    timed without the profiler show what profiling added. With ``--compile`` the server
    runs ``serve --compile`` and each batch's step is also profiled compiled
    (`llmserve_ref.engine.compiled_decode`): the ops the graph calls out to (the matmuls,
-   SDPA, the KV write) by family, its generated kernels (the rest, fused) as one, and
+   SDPA) by family, its generated kernels (the rest, the KV write too, fused) as one, and
    its entry (dynamo's guards, the wrappers) as another.
 3. **Padding** (with ``--compile``). Decode steps of 1 to 100 sequences, eager and
    compiled at the size ``serve --compile --max-num-seqs 128`` pads them to, timed in
-   turns, and whether the engine runs each compiled or, its padding too costly, eagerly.
+   turns, and whether the engine runs each compiled (it does, up to its largest size).
 
 One table for each part. Sampling takes CPU, and on a small machine the client, the
 server's two processes and py-spy share the cores: the plain run beside the sampled one
@@ -52,6 +52,7 @@ import argparse
 import collections
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -150,7 +151,7 @@ RULES = (
     rule("core", "/llmserve_ref/model/sampling.py", "", SAMPLING),
     rule("core", "/llmserve_ref/model/llama.py /llmserve_ref/kernels/", "", FORWARD),
     rule("core", "/llmserve_ref/engine/paged_batch.py", "attend positions", FORWARD),
-    rule("core", "/llmserve_ref/engine/kv_storage.py", "write _write_kv keys values", FORWARD),
+    rule("core", "/llmserve_ref/engine/kv_storage.py", "write keys values", FORWARD),
     rule("core", "/llmserve_ref/engine/compiled_decode.py", "hidden_states", FORWARD),
     rule("core", "/torchinductor_", "", FORWARD),  # the compiled graph's generated wrapper
     rule("core", "/llmserve_ref/engine/scheduler.py /llmserve_ref/engine/block_manager.py",
@@ -608,10 +609,9 @@ BATCH_FAMILY = "batch building (PagedBatch)"
 PYTHON_FAMILY = "Python between ops (modules, glue)"
 OTHER_FAMILY = "other ops"
 # In a compiled step: the ops the graph calls out to, its own generated kernels (the
-# elementwise ops, norms, RoPE, the paged gather and the mask, fused), and its entry
+# elementwise ops, norms, RoPE, the KV write, the paged gather and the mask, fused), its entry
 # (dynamo's guards on the inputs, the wrappers around the graph).
 COMPILED_PARTS = {
-    "llmserve::write_kv": ATTENTION_PARTS["aten::index_copy_"],
     "aten::_scaled_dot_product_flash_attention_for_cpu": ATTENTION_PARTS[
         "aten::scaled_dot_product_attention"
     ],
@@ -749,6 +749,16 @@ class Padded:
     engine_compiles: bool  # whether the engine runs it compiled (`CompiledDecode.size_for`)
 
 
+@torch.inference_mode()
+def padded_step(runner: ModelRunner, decode: list[Chunk], size: int) -> torch.Tensor:
+    """`runner`'s compiled decode step padded to `size`, whether or not the engine would pad
+    this much (`ModelRunner.forward` runs a step padded past its rule eagerly)."""
+    assert runner.compiled is not None
+    batch = runner.compiled.pad(decode, size)
+    hidden = runner.compiled.hidden_states(batch)[0]
+    return runner.model.compute_logits(hidden[batch.logits_indices])
+
+
 def padding_sweep(model: Llama, counts: Sequence[int], steps: int) -> list[Padded]:
     """Decode steps of each count of sequences, eager and compiled at the size that
     ``serve --compile --max-num-seqs 128`` pads them to, timed in turns."""
@@ -756,16 +766,19 @@ def padding_sweep(model: Llama, counts: Sequence[int], steps: int) -> list[Padde
     rows = []
     for n in counts:
         size = next(s for s in sizes if s >= n)
-        runs = decode_setup(model, n), decode_setup(model, n, [size])  # eager, compiled
+        (eager, decode), (compiled, _) = decode_setup(model, n), decode_setup(model, n, [size])
+        steps_of = (
+            functools.partial(eager.forward, decode),
+            functools.partial(padded_step, compiled, decode, size),
+        )
         times: tuple[list[float], list[float]] = ([], [])
         for i in range(5 + steps):  # in turns; the first 5 are a warm-up
-            for (runner, decode), spent in zip(runs, times, strict=True):
+            for one_step, spent in zip(steps_of, times, strict=True):
                 start = time.perf_counter()
-                runner.forward(decode)
+                one_step()
                 if i >= 5:
                     spent.append((time.perf_counter() - start) * 1e3)
-        graphs, decode = runs[1][0].compiled, runs[1][1]
-        compiles = graphs is not None and graphs.size_for(decode) is not None
+        compiles = compiled.compiled is not None and compiled.compiled.size_for(decode) is not None
         rows.append(Padded(n, size, *(float(np.median(t)) for t in times), compiles))
     return rows
 

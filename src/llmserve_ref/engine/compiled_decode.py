@@ -11,14 +11,13 @@ turns it on.
 
 Each graph is compiled for fixed shapes, and the number of sequences changes every step.
 So, as vLLM on a GPU pads a step up to its next CUDA graph's batch size, a decode step
-of n sequences (n tokens) is padded up to the next of the `sizes`
-(`EngineConfig.compile_sizes`), if that adds at most a sixteenth of the size (otherwise
-it runs eagerly): each padding row is token 0 at position 0,
-whose key and value go to a scratch block no sequence owns (the storage's last) and
+of n sequences (n tokens) is padded up to the next of the `sizes` (with
+`EngineConfig.compile_sizes`, 7 rows at most): each padding row is token 0 at position
+0, whose key and value go to a scratch block no sequence owns (the storage's last) and
 whose output nobody reads. The block tables' width (the longest sequence's blocks)
 stays dynamic, so that one graph per size serves every length; it is at least 2, since
-PyTorch specializes a dimension of size 1 into a graph of its own. The KV write is one
-opaque op (`KVStorage.write`), so the graph writes the cache in place.
+PyTorch specializes a dimension of size 1 into a graph of its own. `KVStorage.write`
+indexes the storage itself, not a view of it, so that the graph writes the cache in place.
 
 Only decode steps run compiled. A step with prompt chunks or guesses runs eagerly (its
 attention loops over sequences in Python), as does one with more sequences than the
@@ -33,8 +32,8 @@ largest size: each step chooses.
 >>> storage = KVStorage.for_model(config, num_blocks=9, block_size=4)  # 8 and a scratch block
 >>> graphs = CompiledDecode(Llama(config), storage, sizes=[1, 2, 4, 16])
 >>> decode = Chunk([3], start=5, block_table=[0, 1], samples=True)
->>> [graphs.size_for([decode] * n) for n in (2, 3, 15, 17)]  # 3: eager, 15 run as 16
-[2, None, 16, None]
+>>> [graphs.size_for([decode] * n) for n in (2, 3, 15, 17)]  # 3 run as 4; 17: eagerly
+[2, 4, 16, None]
 >>> graphs.pad([decode] * 3, 4).input_ids.tolist()  # a padding row: token 0, to the scratch block
 [[3, 3, 3, 0]]
 """
@@ -77,14 +76,11 @@ class CompiledDecode:
 
     # --8<-- [start:pad]
     def size_for(self, chunks: Sequence[Chunk]) -> int | None:
-        """The size a step runs at, or None (eagerly): it has a prompt chunk or guesses, it
-        is too big, or it would be padded by more than a sixteenth of the size."""
+        """The size a step runs at, or None (eagerly): it has a prompt chunk or guesses, or
+        is too big."""
         if not all(c.is_decode for c in chunks):
             return None
-        size = next((size for size in self.sizes if size >= len(chunks)), None)
-        # A padding row costs what a sequence costs; compiling saves 5-20% of a step
-        # (benchmarks/profile_engine.py --compile, Part 3): past a sixteenth, it loses.
-        return size if size is not None and size - len(chunks) <= size // 16 else None
+        return next((size for size in self.sizes if size >= len(chunks)), None)
 
     def pad(self, chunks: Sequence[Chunk], size: int) -> PagedBatch:
         """The step's batch, padded to `size` rows."""

@@ -107,25 +107,21 @@ class KVStorage:
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store `k`, `v` (``[num_tokens, kv_heads, head_dim]``) at `slots` (``[num_tokens]``)."""
-        # Under torch.compile the write is one opaque op that mutates the storage in place:
-        # traced as tensor ops, an in-place write to a view of a graph input becomes a
-        # copy of the whole storage (64 MiB) every layer (llmserve_ref.engine.compiled_decode).
-        write = _write_kv_op if torch.compiler.is_compiling() else _write_kv
-        write(self.data, layer, slots, k, v)
+        if torch.compiler.is_compiling():
+            # In a compiled graph (llmserve_ref.engine.compiled_decode), a write through a
+            # view of the storage became a copy of the whole storage at every layer; into
+            # the storage itself, indexed on every dimension, inductor writes in place.
+            block, offset = slots // self.block_size, slots % self.block_size
+            for kv, new in ((0, k), (1, v)):
+                where = (torch.tensor(layer), torch.tensor(kv), block, offset)
+                self.data.index_put_(where, new)
+            return
+        # A block is block_size consecutive slots: view the pool as one long row of slots.
+        self.keys(layer).view(-1, *k.shape[1:]).index_copy_(0, slots, k)
+        self.values(layer).view(-1, *v.shape[1:]).index_copy_(0, slots, v)
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         """Copy-on-write: copy every (source, destination) block, in every layer, K and V."""
         if pairs:
             src, dst = zip(*pairs, strict=True)
             self.data[:, :, list(dst)] = self.data[:, :, list(src)]
-
-
-def _write_kv(
-    data: torch.Tensor, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-) -> None:
-    # A block is block_size consecutive slots: view the pool as one long row of slots.
-    data[layer, 0].view(-1, *k.shape[1:]).index_copy_(0, slots, k)
-    data[layer, 1].view(-1, *v.shape[1:]).index_copy_(0, slots, v)
-
-
-_write_kv_op = torch.library.custom_op("llmserve::write_kv", _write_kv, mutates_args=("data",))
