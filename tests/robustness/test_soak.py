@@ -26,12 +26,16 @@ from llmserve_ref.serving.launcher import RunningServer, serve_in_thread
 SEED = 0
 CLIENTS = 32
 DURATION_S = 30.0
-# The client side of a hang-up: leaving `async for` over the official client's stream
-# leaves its httpx generator suspended, and the garbage collector may finalize it at any
-# later moment (seen once in CI, inside an unrelated pickle). That is the test client's
-# cleanup, not the server's; every other unraisable exception still fails the soak.
+# The client side of a hang-up: leaving `async for` over the official client's stream, or
+# cancelling a whole answer's read, leaves httpx's generators (`Response.aiter_raw` and the
+# transport's `AsyncResponseStream.__aiter__` under it) suspended, and the garbage collector
+# may finalize them at any later moment, where their `aclose()` can raise "async generator
+# already executing" (seen in CI inside an unrelated pickle, and once inside
+# `dataclasses.fields`). That is the test client's cleanup, not the server's; every other
+# unraisable exception still fails the soak.
 pytestmark = pytest.mark.filterwarnings(
-    "ignore:Exception ignored in. <async_generator object Response.aiter_raw"
+    "ignore:Exception ignored in. <async_generator object"
+    " (Response.aiter_raw|AsyncResponseStream.__aiter__)"
     ":pytest.PytestUnraisableExceptionWarning"
 )
 # The speculating soak's KV cache: 64 blocks of 16 tokens, a third of what 32 clients
