@@ -4,7 +4,7 @@
 
 How much of a served token's time is the model's forward pass, and where does the rest
 go: the HTTP side, the hand-off between the processes, scheduling and batch building,
-sampling, detokenization? This benchmark measures it, in two parts.
+sampling, detokenization? This benchmark measures it, in four parts.
 
 1. **The served engine, sampled.** ``llmserve-ref serve`` (the tiny model, float32, its
    engine core in a process of its own) runs as a subprocess on a free port, and
@@ -23,7 +23,8 @@ sampling, detokenization? This benchmark measures it, in two parts.
    idle row is the wall time of the load less what that thread was seen doing.
 2. **The forward, by op family.** In this process, the model loaded as the core loads
    it, a `ModelRunner` on paged KV runs decode steps at batch 1, 16 and 64 over
-   32-token contexts, under `torch.profiler`. Every op's own (self) CPU time goes to
+   32-token contexts, under `torch.profiler`. Its linear layers run as the engine runs
+   them (`llmserve_ref.engine.onednn_linear`). Every op's own (self) CPU time goes to
    the family of the outermost op or region it ran in: matmul, attention (the whole of
    `PagedBatch.attend`: the KV write, the paged gather, SDPA), norms and elementwise
    ops, copies and indexing, views; `PagedBatch` construction is batch building, and
@@ -36,6 +37,9 @@ sampling, detokenization? This benchmark measures it, in two parts.
 3. **Padding** (with ``--compile``). Decode steps of 1 to 100 sequences, eager and
    compiled at the size ``serve --compile --max-num-seqs 128`` pads them to, timed in
    turns, and whether the engine runs each compiled (it does, up to its largest size).
+4. **The matrix multiplies, by library.** Every linear layer of the model at 1 to 2048
+   rows (a decode step's sequences, a prompt step's tokens), through `F.linear` (MKL's
+   sgemm, in float32 on a CPU) and through oneDNN with the weight packed, in turns.
 
 One table for each part. Sampling takes CPU, and on a small machine the client, the
 server's two processes and py-spy share the cores: the plain run beside the sampled one
@@ -153,6 +157,7 @@ RULES = (
     rule("core", "/llmserve_ref/engine/paged_batch.py", "attend positions", FORWARD),
     rule("core", "/llmserve_ref/engine/kv_storage.py", "write keys values", FORWARD),
     rule("core", "/llmserve_ref/engine/compiled_decode.py", "hidden_states", FORWARD),
+    rule("core", "/llmserve_ref/engine/onednn_linear.py", "", FORWARD),
     rule("core", "/torchinductor_", "", FORWARD),  # the compiled graph's generated wrapper
     rule("core", "/llmserve_ref/engine/scheduler.py /llmserve_ref/engine/block_manager.py",
          "", SCHEDULING),
@@ -585,8 +590,10 @@ STEP = "decode step"
 PADDED = (1, 3, 12, 15, 16, 17, 20, 33, 63, 64, 65, 100)  # sequences in a step (Part 3)
 ATTENTION = "PagedBatch.attend"
 BUILD = "PagedBatch.__init__"
-OP_FAMILIES = {
-    "matmul, linear": "linear matmul mm addmm bmm",
+OP_FAMILIES = {  # aten's ops by name; others with their namespace
+    "matmul, linear": (
+        "linear matmul mm addmm bmm mkldnn::_linear_pointwise llmserve::onednn_linear"
+    ),
     "norms, elementwise (rms norm, rope, silu)": (
         "pow mean rsqrt add add_ mul mul_ silu neg sub div"
     ),
@@ -599,7 +606,11 @@ OP_FAMILIES = {
         "_unsafe_view alias detach unflatten split"
     ),
 }
-FAMILY_OF = {f"aten::{op}": family for family, ops in OP_FAMILIES.items() for op in ops.split()}
+FAMILY_OF = {
+    op if "::" in op else f"aten::{op}": family
+    for family, ops in OP_FAMILIES.items()
+    for op in ops.split()
+}
 ATTENTION_PARTS = {
     "aten::index_copy_": "attention: KV write (index_copy_)",
     "aten::index": "attention: paged KV gather (index)",
@@ -759,6 +770,20 @@ def padded_step(runner: ModelRunner, decode: list[Chunk], size: int) -> torch.Te
     return runner.model.compute_logits(hidden[batch.logits_indices])
 
 
+def in_turns(calls: Sequence[Callable[[], object]], steps: int) -> list[float]:
+    """Each call's median time in ms over `steps` rounds, the calls timed in turns in each
+    round (so that the machine's slow moments fall on all of them), after 5 rounds of
+    warm-up."""
+    times: list[list[float]] = [[] for _ in calls]
+    for i in range(5 + steps):
+        for call, spent in zip(calls, times, strict=True):
+            start = time.perf_counter()
+            call()
+            if i >= 5:
+                spent.append((time.perf_counter() - start) * 1e3)
+    return [float(np.median(t)) for t in times]
+
+
 def padding_sweep(model: Llama, counts: Sequence[int], steps: int) -> list[Padded]:
     """Decode steps of each count of sequences, eager and compiled at the size that
     ``serve --compile --max-num-seqs 128`` pads them to, timed in turns."""
@@ -767,19 +792,15 @@ def padding_sweep(model: Llama, counts: Sequence[int], steps: int) -> list[Padde
     for n in counts:
         size = next(s for s in sizes if s >= n)
         (eager, decode), (compiled, _) = decode_setup(model, n), decode_setup(model, n, [size])
-        steps_of = (
-            functools.partial(eager.forward, decode),
-            functools.partial(padded_step, compiled, decode, size),
+        medians = in_turns(
+            [
+                functools.partial(eager.forward, decode),
+                functools.partial(padded_step, compiled, decode, size),
+            ],
+            steps,
         )
-        times: tuple[list[float], list[float]] = ([], [])
-        for i in range(5 + steps):  # in turns; the first 5 are a warm-up
-            for one_step, spent in zip(steps_of, times, strict=True):
-                start = time.perf_counter()
-                one_step()
-                if i >= 5:
-                    spent.append((time.perf_counter() - start) * 1e3)
         compiles = compiled.compiled is not None and compiled.compiled.size_for(decode) is not None
-        rows.append(Padded(n, size, *(float(np.median(t)) for t in times), compiles))
+        rows.append(Padded(n, size, *medians, compiles))
     return rows
 
 
@@ -803,6 +824,51 @@ def print_forward(rows: list[ForwardProfile]) -> None:
     table_row("  (sum: the profiled step)", [r.profiled_ms for r in rows], "13.3f")
     table_row("ModelRunner.forward, no profiler (median)", [r.plain_ms for r in rows], "13.3f")
     table_row("profiled / plain", [r.profiled_ms / r.plain_ms for r in rows])
+
+
+MATMUL_ROWS = (1, 4, 16, 64, 2048)  # a decode step's sequences, or a prompt step's tokens
+
+
+@dataclass(frozen=True)
+class Matmuls:
+    rows: int
+    mkl_ms: float  # the step's linear layers through F.linear (MKL's sgemm), summed medians
+    onednn_ms: float  # the same through oneDNN, weights packed (`OneDNNLinear`'s product)
+    gflop: float  # the step's multiply-adds, x2
+
+
+@torch.inference_mode()
+def matmul_libraries(model: Llama, steps: int) -> list[Matmuls]:
+    """Every linear layer of `model` at each of `MATMUL_ROWS` rows, through MKL and through
+    oneDNN with the weight packed, timed in turns; per row count, the sum over the layers."""
+    weights = [m.weight.detach() for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    rows_of = []
+    for rows in MATMUL_ROWS:
+        mkl_ms = onednn_ms = 0.0
+        for weight in weights:
+            x = torch.randn(1, rows, weight.shape[1])
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight)
+            mkl, onednn = in_turns(
+                [
+                    functools.partial(torch.nn.functional.linear, x, weight),
+                    functools.partial(torch.ops.mkldnn._linear_pointwise, x, packed, None,
+                                      "none", [], ""),
+                ],
+                steps,
+            )  # fmt: skip
+            mkl_ms, onednn_ms = mkl_ms + mkl, onednn_ms + onednn
+        gflop = 2 * rows * sum(w.numel() for w in weights) / 1e9
+        rows_of.append(Matmuls(rows, mkl_ms, onednn_ms, gflop))
+    return rows_of
+
+
+def print_matmuls(rows: list[Matmuls]) -> None:
+    print(f"{'rows':>6} {'MKL ms':>9} {'GFLOP/s':>8} {'oneDNN ms':>10} {'GFLOP/s':>8}"
+          f" {'oneDNN/MKL':>11}")  # fmt: skip
+    for r in rows:
+        print(f"{r.rows:>6} {r.mkl_ms:>9.3f} {r.gflop / r.mkl_ms * 1e3:>8.0f} "
+              f"{r.onednn_ms:>10.3f} {r.gflop / r.onednn_ms * 1e3:>8.0f} "
+              f"{r.onednn_ms / r.mkl_ms:>11.2f}")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------
@@ -854,13 +920,23 @@ def main() -> None:
     if padding:
         print("\nPart 3: decode steps padded to the compiled sizes, medians, no profiler")
         print_padding(padding)
+    matmuls = matmul_libraries(model, args.forward_steps)
+    layers = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    print(
+        f"\nPart 4: a step's {layers} matrix multiplies by library, {threads} torch thread(s), "
+        "medians"
+    )
+    print_matmuls(matmuls)
     print(f"\n({time.perf_counter() - started:.0f} s in all)")
     if args.json:
-        args.json.write_text(json.dumps(as_json(rows, forward, padding), indent=1))
+        args.json.write_text(json.dumps(as_json(rows, forward, padding, matmuls), indent=1))
 
 
 def as_json(
-    rows: list[Served], forward: list[ForwardProfile], padding: list[Padded]
+    rows: list[Served],
+    forward: list[ForwardProfile],
+    padding: list[Padded],
+    matmuls: list[Matmuls],
 ) -> dict[str, object]:
     """Both tables' numbers: per load, ms per token (1 user) or step by role and category,
     the wall and the client's TPOT; per batch, ms per decode step by op family."""
@@ -880,6 +956,7 @@ def as_json(
         ],
         "forward": [vars(f) for f in forward],
         "padding": [vars(p) for p in padding],
+        "matmuls": [vars(m) for m in matmuls],
     }
 
 

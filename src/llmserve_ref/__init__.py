@@ -116,6 +116,8 @@ engine/, many requests on one model:
   Pages: none.
 * ``engine.ngram_proposer``: prompt lookup: guesses what follows from an earlier match (ngram).
   Pages: none.
+* ``engine.onednn_linear``: linear layers through oneDNN, weights packed once, on a CPU.
+  Pages: stage-9/running-a-serving-engine.
 * ``engine.output_processor``: token ids to each stream's text, stop strings, times, endings.
   Pages: stage-6/streaming.
 * ``engine.paged_batch``: one step's packed tokens, attending through block tables.

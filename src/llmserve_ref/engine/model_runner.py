@@ -32,6 +32,7 @@ import torch
 
 from llmserve_ref.engine.compiled_decode import CompiledDecode
 from llmserve_ref.engine.kv_storage import KVStorage
+from llmserve_ref.engine.onednn_linear import packed_linear_layers
 from llmserve_ref.engine.paged_batch import Chunk, PagedBatch
 from llmserve_ref.kernels.paged_attention import paged_decode_attention
 from llmserve_ref.kernels.triton_paged_attention import paged_decode_attention_triton
@@ -46,7 +47,9 @@ class ModelRunner:
     ) -> None:
         """`compile_sizes`: run decode steps compiled, padded to these batch sizes
         (`llmserve_ref.engine.compiled_decode`); empty: every step eagerly."""
-        self.model = model
+        # On a CPU, the linear layers run through oneDNN (`packed_linear_layers`), on a copy
+        # of the model that shares its weights.
+        self.model = packed_linear_layers(model)
         # Compiled: one block more (beyond the KV memory asked for), the padding's scratch.
         self.storage = KVStorage.for_model(
             model.config, num_blocks + bool(compile_sizes), block_size, model.dtype, model.device
@@ -61,7 +64,7 @@ class ModelRunner:
             else paged_decode_attention
         )
         self.compiled = (
-            CompiledDecode(model, self.storage, compile_sizes, self.decode_kernel)
+            CompiledDecode(self.model, self.storage, compile_sizes, self.decode_kernel)
             if compile_sizes
             else None
         )

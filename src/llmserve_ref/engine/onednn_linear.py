@@ -1,0 +1,125 @@
+"""Linear layers through oneDNN, their weights packed once: the matmuls of a CPU engine.
+
+In float32 on a CPU, `torch.nn.functional.linear` calls MKL's sgemm. On an AMD CPU, MKL
+takes its AVX2 code path even where the CPU has AVX-512; oneDNN, the other matrix library
+inside PyTorch, uses AVX-512 there, and with each weight reordered once, at load, into the
+blocked layout its kernel reads, it multiplies faster from a few rows on
+(`benchmarks/profile_engine.py`'s Part 4 times both on every layer of the model). vLLM's
+CPU backend does this when it loads a model: ``dispatch_cpu_unquantized_gemm`` (in
+``vllm/model_executor/layers/utils.py``) makes a oneDNN matmul of each linear layer's
+weight (``create_onednn_mm``), and the layer's forward calls it (``onednn_mm``).
+
+A oneDNN call costs more than MKL's (microseconds), with few rows it gains less, and
+inside a compiled graph the product is a custom op whose dispatch costs more again. So a
+product of fewer than `ONEDNN_MIN_ROWS` rows keeps `F.linear` (the threshold was chosen by
+timing whole decode steps): the choice is made per call, by its rows.
+
+`torch.compile` cannot trace a packed weight (an opaque oneDNN tensor), and inductor packs
+weights only in frozen graphs, and for MKL; so inside a compiled graph the product is a
+custom op, ``llmserve::onednn_linear``, which finds its layer's packed weight by the
+layer's key.
+
+`packed_linear_layers` returns a copy of a model that shares its weights, each
+``nn.Linear`` replaced, where `onednn_available` (float32 on an x86-64 CPU, where this was
+measured), and the model itself elsewhere; the model is untouched (``generate`` keeps
+`F.linear`).
+
+>>> import torch
+>>> from torch import nn
+>>> _ = torch.manual_seed(0)
+>>> layer = nn.Linear(64, 32)
+>>> packed = OneDNNLinear(layer)
+>>> packed
+OneDNNLinear(in_features=64, out_features=32, bias=True)
+>>> packed.weight is layer.weight  # shared, not copied
+True
+>>> x = torch.randn(16, 64)  # 16 rows: oneDNN's product
+>>> torch.allclose(packed(x), layer(x), atol=1e-5)
+True
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import platform
+import weakref
+from typing import TypeVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Model = TypeVar("Model", bound=nn.Module)
+ONEDNN_MIN_ROWS = 16  # fewer rows than this: MKL's sgemm, whose call is cheaper
+# Each layer by its key, for the custom op; an entry goes when its layer does.
+_LAYERS: weakref.WeakValueDictionary[int, OneDNNLinear] = weakref.WeakValueDictionary()
+_KEYS = itertools.count()
+
+
+def onednn_available(weight: torch.Tensor) -> bool:
+    """Whether oneDNN runs products with this weight here: float32, on an x86-64 CPU (where
+    it was measured; elsewhere `F.linear` stays), in a torch built with it."""
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and platform.machine().lower() in ("x86_64", "amd64")
+        and torch.backends.mkldnn.is_available()
+    )
+
+
+# --8<-- [start:layer]
+class OneDNNLinear(nn.Module):
+    """``x @ weight.T + bias`` with `weight` packed for oneDNN; the weight itself is kept
+    too (shared with the layer it replaces) for the products of few rows, so a CPU holds
+    the weights twice (vLLM, which runs every product through oneDNN, frees them)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias  # shared with `linear`
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach())
+        self.key = next(_KEYS)
+        _LAYERS[self.key] = self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() < ONEDNN_MIN_ROWS * x.shape[-1]:
+            return F.linear(x, self.weight, self.bias)
+        if torch.compiler.is_compiling():
+            return onednn_linear(x, self.weight, self.bias, self.key)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+    def extra_repr(self) -> str:
+        out, into = self.weight.shape
+        return f"in_features={into}, out_features={out}, bias={self.bias is not None}"
+
+
+# --8<-- [end:layer]
+
+
+@torch.library.custom_op("llmserve::onednn_linear", mutates_args=())
+def onednn_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, key: int
+) -> torch.Tensor:
+    """The product of layer `key`, for a compiled graph (`weight`: its shape, when traced)."""
+    packed = _LAYERS[key].packed
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+@onednn_linear.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, key: int) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def packed_linear_layers(model: Model) -> Model:
+    """A copy of `model` sharing its parameters and buffers, each ``nn.Linear`` a
+    `OneDNNLinear`; `model` itself when oneDNN cannot run its weights (CUDA, bfloat16)."""
+    weights = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
+    if not weights or not all(onednn_available(w) for w in weights):
+        return model
+    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    clone = copy.deepcopy(model, memo=shared)
+    for module in list(clone.modules()):
+        for name, child in module.named_children():
+            if isinstance(child, nn.Linear):
+                setattr(module, name, OneDNNLinear(child))
+    return clone

@@ -1,0 +1,113 @@
+"""Linear layers through oneDNN: the products of `F.linear` (MKL), on either side of the
+row threshold, eagerly and inside a compiled graph; the model itself untouched.
+
+The oracle is `torch.nn.functional.linear` on the same weight: another library sums in
+another order, so products agree to float32 rounding, not bit for bit (greedy tokens are
+checked against `generate` in test_engine_core.py, through the runner that packs).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from llmserve_ref.engine.model_runner import ModelRunner
+from llmserve_ref.engine.onednn_linear import (
+    ONEDNN_MIN_ROWS,
+    OneDNNLinear,
+    onednn_available,
+    onednn_linear,
+    packed_linear_layers,
+)
+from llmserve_ref.model.llama import Llama
+from llmserve_ref.model.llama_config import ModelConfig
+
+pytestmark = pytest.mark.skipif(
+    not onednn_available(torch.zeros(1)),
+    reason="the engine runs oneDNN's products on x86-64 CPUs, in a torch built with it",
+)
+
+
+def layer(seed: int = 0, bias: bool = False) -> nn.Linear:
+    torch.manual_seed(seed)
+    return nn.Linear(256, 688, bias=bias)  # the tiny model's gate projection's shape
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("rows", [1, ONEDNN_MIN_ROWS - 1, ONEDNN_MIN_ROWS, 64, 300])
+def test_the_product_is_f_linear_s(rows: int, bias: bool) -> None:
+    linear = layer(bias=bias)
+    x = torch.randn(1, rows, 256, generator=torch.Generator().manual_seed(rows))
+    packed = OneDNNLinear(linear)
+    with torch.inference_mode():
+        torch.testing.assert_close(packed(x), linear(x), atol=2e-5, rtol=1e-5)
+
+
+def test_below_the_threshold_it_is_f_linear_itself_and_above_it_is_not() -> None:
+    linear = layer()
+    packed = OneDNNLinear(linear)
+    few = torch.randn(ONEDNN_MIN_ROWS - 1, 256)
+    many = torch.randn(ONEDNN_MIN_ROWS, 256)
+    with torch.inference_mode(), torch.profiler.profile() as prof:
+        assert torch.equal(packed(few), F.linear(few, linear.weight))  # bit for bit: MKL
+        packed(many)
+    ops = [e.name for e in prof.events()]
+    assert ops.count("mkldnn::_linear_pointwise") == 1  # only the call with enough rows
+
+
+def test_the_custom_op_a_compiled_graph_calls_passes_torch_s_checks() -> None:
+    packed = OneDNNLinear(layer())
+    x = torch.randn(32, 256)
+    weight = packed.weight.detach()  # inference: no gradient
+    torch.library.opcheck(onednn_linear, (x, weight, None, packed.key))
+    torch.library.opcheck(onednn_linear, (x, weight, torch.randn(688), packed.key))
+
+
+@pytest.mark.slow  # compiles a small graph (seconds, cold)
+def test_in_a_compiled_graph_the_product_is_the_same() -> None:
+    linear = layer()
+    packed = OneDNNLinear(linear)
+    x = torch.randn(1, 64, 256)
+    compiled = torch.compile(lambda x: F.silu(packed(x)), dynamic=False, fullgraph=True)
+    with torch.inference_mode():
+        torch.testing.assert_close(
+            compiled(x), F.silu(F.linear(x, linear.weight)), atol=2e-5, rtol=1e-5
+        )
+
+
+def tiny_model(dtype: torch.dtype = torch.float32) -> Llama:
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=64, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    return Llama(config).to(dtype).eval()
+
+
+def test_the_copy_shares_the_weights_and_the_model_keeps_its_layers() -> None:
+    model = tiny_model()
+    packed = packed_linear_layers(model)
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    onednn = [m for m in packed.modules() if isinstance(m, OneDNNLinear)]
+    assert len(onednn) == len(linears) == 2 * 7 + 1  # q k v o gate up down, each layer; head
+    assert not any(isinstance(m, OneDNNLinear) for m in model.modules())
+    assert {id(m.weight) for m in onednn} == {id(m.weight) for m in linears}
+    shared = {id(p) for p in model.parameters()} | {id(b) for b in model.buffers()}
+    assert shared == {id(p) for p in packed.parameters()} | {id(b) for b in packed.buffers()}
+    tokens = torch.randint(0, 64, (1, 40), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        torch.testing.assert_close(packed(tokens), model(tokens), atol=1e-4, rtol=1e-4)
+
+
+def test_a_model_whose_weights_onednn_does_not_take_is_returned_as_it_is() -> None:
+    model = tiny_model(torch.bfloat16)
+    assert packed_linear_layers(model) is model
+
+
+def test_the_model_runner_runs_its_linear_layers_through_onednn() -> None:
+    model = tiny_model()
+    runner = ModelRunner(model, num_blocks=8, block_size=4)
+    assert runner.model is not model
+    assert any(isinstance(m, OneDNNLinear) for m in runner.model.modules())
