@@ -78,7 +78,7 @@ import torch
 from torch.autograd.profiler_util import FunctionEvent
 
 from llmserve_ref.bench.bench_client import run
-from llmserve_ref.bench.bench_harness import harness_config
+from llmserve_ref.bench.bench_harness import busy_seconds, harness_config
 from llmserve_ref.bench.bench_metrics import Summary
 from llmserve_ref.engine.engine_config import EngineConfig
 from llmserve_ref.engine.model_runner import ModelRunner
@@ -385,23 +385,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def machine_busy_seconds() -> float:
-    """CPU time the whole machine has spent busy (not idle, not waiting on I/O), from /proc."""
-    jiffies = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(jiffies) - jiffies[3] - jiffies[4]) / os.sysconf("SC_CLK_TCK")
-
-
 @contextlib.contextmanager
 def cpu_used(pids: dict[str, int]) -> Iterator[dict[str, float]]:
     """CPU seconds that each named process, this one (the bench client) and the whole machine
     ("machine") use in the block."""
     used: dict[str, float] = {}
     start = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    client, machine = time.process_time(), machine_busy_seconds()
+    client, machine = time.process_time(), busy_seconds()
     yield used
     used.update({name: cpu_seconds(pid) - start[name] for name, pid in pids.items()})
     used["bench client"] = time.process_time() - client
-    used["machine"] = machine_busy_seconds() - machine
+    used["machine"] = busy_seconds() - machine
 
 
 @dataclass(frozen=True)

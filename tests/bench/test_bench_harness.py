@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import itertools
+import os
+import threading
+
+import pytest
 
 from llmserve_ref.bench.bench_client import BenchConfig, prompted_specs
-from llmserve_ref.bench.bench_harness import Point, median_ratio, run_grid, spread, table
+from llmserve_ref.bench.bench_harness import (
+    Point,
+    busy_cores,
+    median_ratio,
+    run_grid,
+    spread,
+    table,
+    wait_until_quiet,
+)
 from llmserve_ref.bench.bench_result import SavedResult
 
 
@@ -91,3 +103,25 @@ def test_a_point_reads_a_result_in_vllms_format():
         }
     )
     assert Point.of(7, saved) == Point(7, 2, 1, (32, 32), 32.0, 12.5, 2.5, ("Bad Request",))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads Linux's /proc/stat")
+def test_a_run_waits_while_the_machine_is_busy_and_not_past_its_bound():
+    """A thread spinning on a core, as vLLM's CPU worker does after a load: the harness
+    waits its whole bound; then, the thread stopped, it counts the core busy no more."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        spinning = busy_cores(0.2)
+        waited = wait_until_quiet(max_wait=0.5)
+    finally:
+        stop.set()
+        spinner.join()
+    assert 0.5 <= waited < 0.5 + 1.0
+    assert spinning - busy_cores(0.2) > 0.5  # the spinning core, and only it, stopped

@@ -5,7 +5,10 @@ one session, and only if neither server is helped by what an earlier run left be
 harness run measures every server at every load `runs` times, one server at a time (an idle
 server beside a busy one costs it little, a busy one a lot), alternating servers at each
 load, and gives every run a seed of its own: no run sends a prompt an earlier run sent, and
-no prefix cache turns a repeated prompt into a cache hit. Each point is reported as
+no prefix cache turns a repeated prompt into a cache hit. One at a time means after the last
+run's work has stopped, too: a server may keep a core busy after its last reply (vLLM's
+processes do, as the running-a-serving-engine page measures), so each run waits until the
+machine is quiet (`wait_until_quiet`). Each point is reported as
 min-median-max over its runs, beside the ratio of medians.
 
 The client is a function, so that any benchmark client can drive it: `our_client` is this
@@ -26,7 +29,9 @@ read by one function, `Point.of`.
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -67,6 +72,37 @@ class Point:
 Client = Callable[[str, int, int], Point]
 
 
+def busy_seconds() -> float:
+    """CPU seconds all the machine's CPUs have spent running anything since it booted (user,
+    nice, system, irq, softirq; not idle, waiting on I/O or stolen by the host), from Linux's
+    /proc/stat."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        user, nice, system, _, _, irq, softirq = map(int, stat.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def busy_cores(window: float) -> float | None:
+    """How many cores, on average, every process together kept busy over the next `window`
+    seconds; None where there is no /proc/stat."""
+    if not os.path.exists("/proc/stat"):
+        return None
+    before = busy_seconds()
+    time.sleep(window)
+    return (busy_seconds() - before) / window
+
+
+def wait_until_quiet(max_wait: float = 5.0, window: float = 0.1, cores: float = 0.3) -> float:
+    """Wait until the machine kept fewer than `cores` busy over a `window`, or `max_wait`
+    seconds passed (without /proc/stat, one window); the seconds waited."""
+    start = time.monotonic()
+    while (busy := busy_cores(window)) is not None and busy >= cores:
+        if time.monotonic() - start >= max_wait:
+            break
+    if busy is None:
+        time.sleep(window)
+    return time.monotonic() - start
+
+
 # --8<-- [start:grid]
 def run_grid(
     servers: Mapping[str, str],
@@ -79,6 +115,7 @@ def run_grid(
 
     The order is repetition, then load, then server: each load is measured on every server
     before the next load starts, and every point's runs are spread over the whole session.
+    Each run starts once the machine is quiet.
     Grids measured on the same servers share one `seeds` (an `itertools.count()`), so that
     no run of a later grid repeats the prompts of an earlier one.
     """
@@ -87,6 +124,7 @@ def run_grid(
     for _ in range(runs):
         for concurrency in users:
             for name, base_url in servers.items():
+                wait_until_quiet()  # the last run's server, and its client, have stopped
                 grid[name, concurrency].append(client(base_url, concurrency, next(seeds)))
     return grid
 

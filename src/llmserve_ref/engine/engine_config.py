@@ -3,10 +3,8 @@
 ``llmserve-ref serve`` takes each as the flag of the same name (``--max-num-seqs``,
 ``--max-num-batched-tokens``, ``--block-size``, ``--[no-]enable-prefix-caching``,
 ``--max-model-len``, ``--kv-cache-memory-bytes``, ``--speculative-config``, ``--compile``),
-and shows
-these defaults in its
-``--help``. The batched engine turns them into its scheduler's settings once it knows
-how many KV blocks its memory holds.
+and shows these defaults in its ``--help``. The batched engine turns them into its
+scheduler's settings once it knows how many KV blocks its memory holds.
 
 >>> EngineConfig().scheduler_config(num_blocks=2048).token_budget
 2048

@@ -83,8 +83,7 @@ class ModelRunner:
         order = sorted(range(len(chunks)), key=lambda i: chunks[i].kind)  # stable
         packed = [chunks[i] for i in order]
         self.storage.copy_blocks(list(blocks_to_copy))
-        size = self.compiled.size_for(packed) if self.compiled else None
-        if self.compiled and size:  # a decode step, padded to a compiled size
+        if self.compiled and (size := self.compiled.size_for(packed)):  # decode, padded
             batch = self.compiled.pad(packed, size)
             hidden = self.compiled.hidden_states(batch)[0]  # [size, hidden]
         else:

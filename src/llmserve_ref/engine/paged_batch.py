@@ -65,7 +65,7 @@ class Chunk:
 def _padded(tables: list[Sequence[int]], device: torch.device, width: int = 0) -> torch.Tensor:
     """Block tables of different lengths as one ``[batch, max_blocks]`` tensor (pad: block 0),
     at least `width` blocks wide."""
-    width = max(width, *(len(t) for t in tables)) if tables else width
+    width = max([width, *map(len, tables)])
     rows = [list(t) + [0] * (width - len(t)) for t in tables]
     return torch.tensor(rows, dtype=torch.long, device=device).view(len(tables), width)
 
