@@ -754,16 +754,6 @@ class Padded:
     engine_compiles: bool  # whether the engine runs it compiled (`CompiledDecode.size_for`)
 
 
-@torch.inference_mode()
-def padded_step(runner: ModelRunner, decode: list[Chunk], size: int) -> torch.Tensor:
-    """`runner`'s compiled decode step padded to `size`, whether or not the engine would pad
-    this much (`ModelRunner.forward` runs a step padded past its rule eagerly)."""
-    assert runner.compiled is not None
-    batch = runner.compiled.pad(decode, size)
-    hidden = runner.compiled.hidden_states(batch)[0]
-    return runner.model.compute_logits(hidden[batch.logits_indices])
-
-
 def in_turns(calls: Sequence[Callable[[], object]], steps: int) -> list[float]:
     """Each call's median time in ms over `steps` rounds, the calls timed in turns in each
     round (so that the machine's slow moments fall on all of them), after 5 rounds of
@@ -786,13 +776,7 @@ def padding_sweep(model: Llama, counts: Sequence[int], steps: int) -> list[Padde
     for n in counts:
         size = next(s for s in sizes if s >= n)
         (eager, decode), (compiled, _) = decode_setup(model, n), decode_setup(model, n, [size])
-        medians = in_turns(
-            [
-                functools.partial(eager.forward, decode),
-                functools.partial(padded_step, compiled, decode, size),
-            ],
-            steps,
-        )
+        medians = in_turns([functools.partial(r.forward, decode) for r in (eager, compiled)], steps)
         compiles = compiled.compiled is not None and compiled.compiled.size_for(decode) is not None
         rows.append(Padded(n, size, *medians, compiles))
     return rows
