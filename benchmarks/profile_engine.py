@@ -4,7 +4,7 @@
 
 How much of a served token's time is the model's forward pass, and where does the rest
 go: the HTTP side, the hand-off between the processes, scheduling and batch building,
-sampling, detokenization? This benchmark measures it, in four parts.
+sampling, detokenization? This benchmark measures it, in five parts.
 
 1. **The served engine, sampled.** ``llmserve-ref serve`` (the tiny model, float32, its
    engine core in a process of its own) runs as a subprocess on a free port, and
@@ -24,7 +24,8 @@ sampling, detokenization? This benchmark measures it, in four parts.
 2. **The forward, by op family.** In this process, the model loaded as the core loads
    it, a `ModelRunner` on paged KV runs decode steps at batch 1, 16 and 64 over
    32-token contexts, under `torch.profiler`. Its linear layers run as the engine runs
-   them (`llmserve_ref.engine.onednn_linear`). Every op's own (self) CPU time goes to
+   them (fused, `llmserve_ref.engine.fused_projections`, and through oneDNN,
+   `llmserve_ref.engine.onednn_linear`). Every op's own (self) CPU time goes to
    the family of the outermost op or region it ran in: matmul, attention (the whole of
    `PagedBatch.attend`: the KV write, the paged gather, SDPA), norms and elementwise
    ops, copies and indexing, views; `PagedBatch` construction is batch building, and
@@ -37,9 +38,14 @@ sampling, detokenization? This benchmark measures it, in four parts.
 3. **Padding** (with ``--compile``). Decode steps of 1 to 100 sequences, eager and
    compiled at the size ``serve --compile --max-num-seqs 128`` pads them to, timed in
    turns, and whether the engine runs each compiled (it does, up to its largest size).
-4. **The matrix multiplies, by library.** Every linear layer of the model at 1 to 2048
-   rows (a decode step's sequences, a prompt step's tokens), through `F.linear` (MKL's
-   sgemm, in float32 on a CPU) and through oneDNN with the weight packed, in turns.
+4. **The matrix multiplies, by library.** Every linear layer the engine runs (the model's,
+   its projections fused: `llmserve_ref.engine.fused_projections`) at 1 to 2048 rows (a
+   decode step's sequences, a prompt step's tokens), through `F.linear` (MKL's sgemm, in
+   float32 on a CPU) and through oneDNN with the weight packed, in turns.
+5. **A prompt step's memory.** A step of 16 and of 64 prompts, eagerly, each timed in a
+   fresh process with glibc's default ``malloc`` settings and with
+   `llmserve_ref.engine.malloc_tuning.keep_freed_memory` (what the serving processes
+   call), beside the page faults each step takes.
 
 One table for each part. Sampling takes CPU, and on a small machine the client, the
 server's two processes and py-spy share the cores: the plain run beside the sampled one
@@ -58,8 +64,10 @@ import contextlib
 import dataclasses
 import functools
 import json
+import multiprocessing
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -68,6 +76,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from unittest import mock
@@ -81,6 +90,8 @@ from llmserve_ref.bench.bench_client import run
 from llmserve_ref.bench.bench_harness import busy_seconds, harness_config
 from llmserve_ref.bench.bench_metrics import Summary
 from llmserve_ref.engine.engine_config import EngineConfig
+from llmserve_ref.engine.fused_projections import fused_projections
+from llmserve_ref.engine.malloc_tuning import keep_freed_memory
 from llmserve_ref.engine.model_runner import ModelRunner
 from llmserve_ref.engine.paged_batch import Chunk, PagedBatch
 from llmserve_ref.model.llama import Llama
@@ -158,6 +169,7 @@ RULES = (
     rule("core", "/llmserve_ref/engine/kv_storage.py", "write keys values", FORWARD),
     rule("core", "/llmserve_ref/engine/compiled_decode.py", "hidden_states", FORWARD),
     rule("core", "/llmserve_ref/engine/onednn_linear.py", "", FORWARD),
+    rule("core", "/llmserve_ref/engine/fused_projections.py", "project gate_up", FORWARD),
     rule("core", "/torchinductor_", "", FORWARD),  # the compiled graph's generated wrapper
     rule("core", "/llmserve_ref/engine/scheduler.py /llmserve_ref/engine/block_manager.py",
          "", SCHEDULING),
@@ -597,7 +609,7 @@ OP_FAMILIES = {  # aten's ops by name; others with their namespace
     ),
     "views (view, transpose, slice, reshape)": (
         "view transpose slice select reshape flatten expand unsqueeze as_strided t "
-        "_unsafe_view alias detach unflatten split"
+        "_unsafe_view alias detach unflatten split split_with_sizes chunk"
     ),
 }
 FAMILY_OF = {
@@ -816,10 +828,9 @@ class Matmuls:
 
 
 @torch.inference_mode()
-def matmul_libraries(model: Llama, steps: int) -> list[Matmuls]:
-    """Every linear layer of `model` at each of `MATMUL_ROWS` rows, through MKL and through
-    oneDNN with the weight packed, timed in turns; per row count, the sum over the layers."""
-    weights = [m.weight.detach() for m in model.modules() if isinstance(m, torch.nn.Linear)]
+def matmul_libraries(weights: Sequence[torch.Tensor], steps: int) -> list[Matmuls]:
+    """A product with each of `weights` at each of `MATMUL_ROWS` rows, through MKL and
+    through oneDNN with the weight packed, timed in turns; per row count, the sum."""
     rows_of = []
     for rows in MATMUL_ROWS:
         mkl_ms = onednn_ms = 0.0
@@ -847,6 +858,62 @@ def print_matmuls(rows: list[Matmuls]) -> None:
         print(f"{r.rows:>6} {r.mkl_ms:>9.3f} {r.gflop / r.mkl_ms * 1e3:>8.0f} "
               f"{r.onednn_ms:>10.3f} {r.gflop / r.onednn_ms * 1e3:>8.0f} "
               f"{r.onednn_ms / r.mkl_ms:>11.2f}")  # fmt: skip
+
+
+PROMPT_STEPS = (16, 64)  # prompts of PROMPT_LEN tokens in a step: 16 and 64 users arriving
+
+
+@dataclass(frozen=True)
+class PromptStep:
+    prompts: int
+    kept: bool  # `keep_freed_memory` called in the step's process
+    ms: float  # median ModelRunner.forward
+    page_faults: float  # minor page faults per step, the process's (getrusage)
+
+
+def prompt_step(prompts: int, keep: bool, threads: int, steps: int) -> PromptStep:
+    """A step of `prompts` prompts of PROMPT_LEN tokens, eagerly, timed in this process
+    (a fresh one: glibc's settings cannot be put back), with freed memory kept or not."""
+    torch.set_num_threads(threads)
+    if keep:
+        keep_freed_memory()
+    model = Llama.from_pretrained(TARGET_DIR, "cpu")
+    blocks = -(-PROMPT_LEN // BLOCK_SIZE)
+    runner = ModelRunner(model, prompts * blocks, BLOCK_SIZE)
+    rng = np.random.default_rng(prompts)
+    chunks = [
+        Chunk(rng.integers(2, model.config.vocab_size, PROMPT_LEN).tolist(), 0,
+              list(range(b * blocks, (b + 1) * blocks)), samples=True)
+        for b in range(prompts)
+    ]  # fmt: skip
+    step = functools.partial(runner.forward, chunks)  # each step writes the same slots again
+    for _ in range(3):
+        step()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    ms = timed(step, steps)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    return PromptStep(prompts, keep, ms, faults / steps)
+
+
+def prompt_steps(threads: int, steps: int) -> list[PromptStep]:
+    """`prompt_step` for each of `PROMPT_STEPS`, memory returned then kept, each in a fresh
+    process."""
+    context = multiprocessing.get_context("spawn")
+    rows = []
+    for prompts in PROMPT_STEPS:
+        for keep in (False, True):
+            with ProcessPoolExecutor(1, mp_context=context) as pool:
+                rows.append(pool.submit(prompt_step, prompts, keep, threads, steps).result())
+    return rows
+
+
+def print_prompt_steps(rows: list[PromptStep]) -> None:
+    print(
+        f"{'prompts':>8} {'tokens':>7} {'freed memory':>13} {'ms/step':>8} {'page faults/step':>17}"
+    )
+    for r in rows:
+        print(f"{r.prompts:>8} {r.prompts * PROMPT_LEN:>7} {'kept' if r.kept else 'returned':>13} "
+              f"{r.ms:>8.2f} {r.page_faults:>17.0f}")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------
@@ -888,6 +955,7 @@ def main() -> None:
     print("\nwhere the time outside the forward and idle went (deciding frame, category):")
     print_top_functions(rows)
     torch.set_num_threads(threads)  # as the core process runs
+    keep_freed_memory()
     model = Llama.from_pretrained(TARGET_DIR, "cpu")
     batches = [1, 16, 64]
     modes = [False, True] if args.compile else [False]
@@ -898,16 +966,24 @@ def main() -> None:
     if padding:
         print("\nPart 3: decode steps padded to the compiled sizes, medians, no profiler")
         print_padding(padding)
-    matmuls = matmul_libraries(model, args.forward_steps)
-    layers = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    engine_model = fused_projections(model)  # the linear layers the engine runs
+    weights = [m.weight.detach() for m in engine_model.modules() if isinstance(m, torch.nn.Linear)]
+    matmuls = matmul_libraries(weights, args.forward_steps)
     print(
-        f"\nPart 4: a step's {layers} matrix multiplies by library, {threads} torch thread(s), "
-        "medians"
+        f"\nPart 4: a step's {len(weights)} matrix multiplies (projections fused) by library, "
+        f"{threads} torch thread(s), medians"
     )
     print_matmuls(matmuls)
+    prompts = prompt_steps(threads, args.forward_steps)
+    print(
+        f"\nPart 5: prompt steps, eager, freed memory returned or kept, {threads} torch "
+        "thread(s), medians, each in a fresh process"
+    )
+    print_prompt_steps(prompts)
     print(f"\n({time.perf_counter() - started:.0f} s in all)")
     if args.json:
-        args.json.write_text(json.dumps(as_json(rows, forward, padding, matmuls), indent=1))
+        found = as_json(rows, forward, padding, matmuls, prompts)
+        args.json.write_text(json.dumps(found, indent=1))
 
 
 def as_json(
@@ -915,6 +991,7 @@ def as_json(
     forward: list[ForwardProfile],
     padding: list[Padded],
     matmuls: list[Matmuls],
+    prompts: list[PromptStep],
 ) -> dict[str, object]:
     """Both tables' numbers: per load, ms per token (1 user) or step by role and category,
     the wall and the client's TPOT; per batch, ms per decode step by op family."""
@@ -935,6 +1012,7 @@ def as_json(
         "forward": [vars(f) for f in forward],
         "padding": [vars(p) for p in padding],
         "matmuls": [vars(m) for m in matmuls],
+        "prompt_steps": [vars(p) for p in prompts],
     }
 
 

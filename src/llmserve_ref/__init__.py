@@ -59,7 +59,7 @@ model/, the tiny Llama and what runs one sequence on it:
   Pages: stage-1/tokens-and-the-generation-loop, stage-2/attention, stage-3/kv-cache,
   stage-4/prefill-vs-decode, stage-5/memory-vs-compute-bound, stage-5/mqa-and-gqa,
   stage-6/speculative-decoding, stage-6/tensor-and-pipeline-parallelism, stage-7/pagedattention,
-  stage-8/prefix-caching.
+  stage-8/prefix-caching, stage-9/running-a-serving-engine.
 * ``model.llama_config``: the tiny Llama's shape, with Hugging Face's ``LlamaConfig`` names.
   Pages: stage-2/attention, stage-5/memory-vs-compute-bound,
   stage-6/tensor-and-pipeline-parallelism.
@@ -102,6 +102,8 @@ engine/, many requests on one model:
   stage-8/prefix-caching.
 * ``engine.engine_config``: the serving engine's knobs, by vLLM's names.
   Pages: stage-8/prefix-caching, stage-9/running-a-serving-engine.
+* ``engine.fused_projections``: q, k, v in one matrix multiply, gate and up in another.
+  Pages: stage-9/running-a-serving-engine.
 * ``engine.interface``: what the HTTP server and an engine hand each other.
   Pages: stage-5/ttft-tpot-throughput, stage-6/speculative-decoding, stage-6/streaming,
   stage-9/running-a-serving-engine.
@@ -112,6 +114,8 @@ engine/, many requests on one model:
   Pages: stage-7/pagedattention.
 * ``engine.loop_engine``: the first engine: one worker thread, one forward pass per request.
   Pages: stage-5/ttft-tpot-throughput.
+* ``engine.malloc_tuning``: keep freed memory in the process: prompt steps without page faults.
+  Pages: stage-9/running-a-serving-engine.
 * ``engine.model_runner``: one forward pass over every scheduled token, on paged KV.
   Pages: none.
 * ``engine.ngram_proposer``: prompt lookup: guesses what follows from an earlier match (ngram).

@@ -54,6 +54,7 @@ import torch
 
 from llmserve_ref.engine.engine_core import EngineCore
 from llmserve_ref.engine.interface import EngineRequest, EngineStats, TokenOutput
+from llmserve_ref.engine.malloc_tuning import keep_freed_memory
 from llmserve_ref.engine.scheduler_config import SchedulerConfig
 from llmserve_ref.engine.speculative_config import SpeculativeConfig
 from llmserve_ref.model.llama import Llama
@@ -138,6 +139,7 @@ def run_core(spec: CoreSpec, inbox: Connection, outbox: Connection, model: Llama
         # Leave a core to the server's process: on a small machine, torch's threads and
         # the HTTP side fighting over every core slow both (measured: benchmarks/engine.py).
         torch.set_num_threads(spec.num_threads or max(1, (os.cpu_count() or 2) - 1))
+        keep_freed_memory()  # a prompt step's tensors, without a page fault per page
         model = Llama.from_pretrained(spec.model_dir, spec.device)
     elif spec.num_threads:
         torch.set_num_threads(spec.num_threads)

@@ -2,8 +2,10 @@
 
 The runner owns the model and the `KVStorage` its keys and values live in. Each step
 it makes the copy-on-write copies the block manager asked for, packs the scheduled
-tokens into one `PagedBatch` (`llmserve_ref.engine.paged_batch`), and runs the
-unchanged model over it once.
+tokens into one `PagedBatch` (`llmserve_ref.engine.paged_batch`), and runs the model
+over it once: the model's own code, on a copy whose projections are fused
+(`llmserve_ref.engine.fused_projections`) and whose linear layers, on a CPU, run
+through oneDNN (`llmserve_ref.engine.onednn_linear`).
 
 Only the tokens that sample need logits: the last token of a sequence whose
 chunk reaches its end, and, for a sequence checking guesses (speculative
@@ -31,6 +33,7 @@ from collections.abc import Sequence
 import torch
 
 from llmserve_ref.engine.compiled_decode import CompiledDecode
+from llmserve_ref.engine.fused_projections import fused_projections
 from llmserve_ref.engine.kv_storage import KVStorage
 from llmserve_ref.engine.onednn_linear import packed_linear_layers
 from llmserve_ref.engine.paged_batch import Chunk, PagedBatch
@@ -47,9 +50,9 @@ class ModelRunner:
     ) -> None:
         """`compile_sizes`: run decode steps compiled, padded to these batch sizes
         (`llmserve_ref.engine.compiled_decode`); empty: every step eagerly."""
-        # On a CPU, the linear layers run through oneDNN (`packed_linear_layers`), on a copy
-        # of the model that shares its weights.
-        self.model = packed_linear_layers(model)
+        # A copy of the model whose projections are fused (`fused_projections`) and, on a
+        # CPU, whose linear layers run through oneDNN (`packed_linear_layers`).
+        self.model = packed_linear_layers(fused_projections(model))
         # Compiled: one block more (beyond the KV memory asked for), the padding's scratch.
         self.storage = KVStorage.for_model(
             model.config, num_blocks + bool(compile_sizes), block_size, model.dtype, model.device

@@ -1,10 +1,11 @@
 """Linear layers through oneDNN, their weights packed once: the matmuls of a CPU engine.
 
-In float32 on a CPU, `torch.nn.functional.linear` calls MKL's sgemm. On an AMD CPU, MKL
-takes its AVX2 code path even where the CPU has AVX-512; oneDNN, the other matrix library
-inside PyTorch, uses AVX-512 there, and with each weight reordered once, at load, into the
-blocked layout its kernel reads, it multiplies faster from a few rows on
-(`benchmarks/profile_engine.py`'s Part 4 times both on every layer of the model). vLLM's
+In float32 on a CPU, `torch.nn.functional.linear` calls MKL's sgemm. On the AMD CPU this
+was measured on, which has AVX-512, the MKL inside torch 2.13 ran at AVX2-class rates;
+oneDNN, the other matrix library inside PyTorch, runs AVX-512 kernels there, and with each
+weight reordered once, at load, into the blocked layout its kernel reads, it multiplies
+faster from a few rows on (`benchmarks/profile_engine.py`'s Part 4 times both on every
+layer the engine runs). vLLM's
 CPU backend does this when it loads a model: ``dispatch_cpu_unquantized_gemm`` (in
 ``vllm/model_executor/layers/utils.py``) makes a oneDNN matmul of each linear layer's
 weight (``create_onednn_mm``), and the layer's forward calls it (``onednn_mm``).

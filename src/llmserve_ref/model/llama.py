@@ -163,15 +163,21 @@ class Attention(nn.Module):
         layer: int,
     ) -> torch.Tensor:
         batch, T, _ = x.shape
-        q = self.q_proj(x).view(batch, T, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(batch, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(batch, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = self.project(x)  # [batch, T, features] each
+        q = q.view(batch, T, self.num_heads, self.head_dim).transpose(1, 2)
+        k = k.view(batch, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(batch, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = rope(q, positions), rope(k, positions)
         if cache is None:  # no past: the T tokens attend to each other
             out = grouped_attention(q, k, v, positions)
         else:  # store k, v; attend over every position so far
             out = cache.attend(layer, q, k, v, positions)
         return self.o_proj(out.transpose(1, 2).flatten(2))
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The query, key and value projections of `x`. (A serving engine runs the three as
+        one matrix multiply: `llmserve_ref.engine.fused_projections`.)"""
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
 
 # --8<-- [end:attention]
@@ -188,7 +194,12 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up(x)
+        return self.down_proj(F.silu(gate) * up)
+
+    def gate_up(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The gate and up projections of `x` (one matrix multiply in an engine, as q, k, v)."""
+        return self.gate_proj(x), self.up_proj(x)
 
 
 # --8<-- [end:mlp]

@@ -27,6 +27,7 @@ from llmserve_ref.engine.batched_engine import BatchedEngine
 from llmserve_ref.engine.engine_config import EngineConfig
 from llmserve_ref.engine.interface import Engine
 from llmserve_ref.engine.loop_engine import LoopEngine
+from llmserve_ref.engine.malloc_tuning import keep_freed_memory
 from llmserve_ref.serving.app import Access, create_app
 from llmserve_ref.serving.limits import Limits
 from llmserve_ref.serving.metrics import ServerMetrics
@@ -96,6 +97,7 @@ def serve(
 ) -> None:
     """Serve `model` until SIGINT or SIGTERM (what ``llmserve-ref serve`` runs)."""
     limits, access = limits or Limits(), access or Access()
+    keep_freed_memory()  # this process's; the engine core's process sets its own
     warning = exposure_warning(host, access)
     if warning:
         print(f"llmserve-ref: WARNING: {warning}", file=sys.stderr, flush=True)
