@@ -7,8 +7,9 @@ head), each with more columns, and with few rows a multiply's cost is mostly the
 not the arithmetic (`benchmarks/profile_engine.py`'s Part 4 prints both libraries' rates
 by rows). vLLM's models are written this way: ``LlamaAttention.qkv_proj`` is a
 ``QKVParallelLinear`` and ``LlamaMLP.gate_up_proj`` a ``MergedColumnParallelLinear``, and
-its weight loader stacks a checkpoint's ``q_proj``, ``k_proj``, ``v_proj`` (and
-``gate_proj``, ``up_proj``) into them (``packed_modules_mapping``).
+loading a checkpoint stacks its ``q_proj``, ``k_proj``, ``v_proj`` (and ``gate_proj``,
+``up_proj``) weights into them (``LlamaModel.hf_to_vllm_mapper`` in vLLM 0.32's
+``models/llama.py``).
 
 Our model keeps Hugging Face's separate layers, so that its weights load and save as they
 are; `fused_projections` returns a copy of it for the engine, in which each `Attention`

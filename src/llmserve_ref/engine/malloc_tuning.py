@@ -5,7 +5,7 @@ request (from 128 KiB, a threshold it raises as it sees big blocks freed) with a
 ``mmap`` that ``free`` hands back to the kernel, and it gives back the free memory at
 the top of its heap once there is more than a trimming threshold of it. A forward pass
 over a few hundred tokens allocates and frees tensors of a few MiB each (512 tokens of
-the tiny model's 688-wide MLP: 1.4 MiB), so each step asks the kernel for memory it
+the tiny model's 688-wide MLP: 1.3 MiB), so each step asks the kernel for memory it
 returned the step before, and the kernel maps it a 4 KiB page at a time, one page fault
 per page, the first time the step writes it: thousands of faults a step, in the middle
 of the arithmetic (measured, in-process: `benchmarks/profile_engine.py`).
@@ -32,7 +32,7 @@ import platform
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 * 2**20  # the largest glibc accepts on a 64-bit machine
-TRIM_THRESHOLD = 256 * 2**20  # free memory the heap keeps at its top before giving some back
+TRIM_THRESHOLD = 256 * 2**20  # free memory at the heap's top past which glibc returns it
 
 
 # --8<-- [start:keep]
