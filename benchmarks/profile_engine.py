@@ -61,6 +61,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import copy
 import dataclasses
 import functools
 import json
@@ -89,13 +90,15 @@ from torch.autograd.profiler_util import FunctionEvent
 from llmserve_ref.bench.bench_client import run
 from llmserve_ref.bench.bench_harness import busy_seconds, harness_config
 from llmserve_ref.bench.bench_metrics import Summary
+from llmserve_ref.engine.core_worker import core_threads
 from llmserve_ref.engine.engine_config import EngineConfig
-from llmserve_ref.engine.fused_projections import fused_projections
+from llmserve_ref.engine.fused_projections import fuse_projections
 from llmserve_ref.engine.malloc_tuning import keep_freed_memory
 from llmserve_ref.engine.model_runner import ModelRunner
 from llmserve_ref.engine.paged_batch import Chunk, PagedBatch
 from llmserve_ref.model.llama import Llama
 from llmserve_ref.model.weights import TARGET_DIR
+from llmserve_ref.serving.launcher import ANNOUNCED
 
 PROMPT_LEN = OUTPUT_LEN = 32
 BLOCK_SIZE = 16
@@ -356,7 +359,7 @@ def served(log_path: Path, compile: bool, max_num_seqs: int) -> Iterator[Server]
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 180
-        while not (m := re.search(r"serving \S+ at (http://\S+)/v1", log_path.read_text())):
+        while not (m := ANNOUNCED.search(log_path.read_text())):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not start:\n{log_path.read_text()[-2000:]}")
             time.sleep(0.2)
@@ -937,7 +940,7 @@ def main() -> None:
     py_spy()  # before anything starts: is it there?
     raw_dir = args.raw_dir or Path(tempfile.mkdtemp(prefix="profile_engine-"))
     raw_dir.mkdir(parents=True, exist_ok=True)
-    cores, threads = os.cpu_count() or 2, max(1, (os.cpu_count() or 2) - 1)
+    cores, threads = os.cpu_count() or 2, core_threads()
     print(
         f"prompts of {PROMPT_LEN} tokens, {OUTPUT_LEN} output tokens (ignore_eos), greedy, "
         f"closed loop, /v1/{'chat/' if args.backend == 'openai-chat' else ''}completions; "
@@ -966,7 +969,7 @@ def main() -> None:
     if padding:
         print("\nPart 3: decode steps padded to the compiled sizes, medians, no profiler")
         print_padding(padding)
-    engine_model = fused_projections(model)  # the linear layers the engine runs
+    engine_model = fuse_projections(copy.deepcopy(model))  # the linear layers the engine runs
     weights = [m.weight.detach() for m in engine_model.modules() if isinstance(m, torch.nn.Linear)]
     matmuls = matmul_libraries(weights, args.forward_steps)
     print(

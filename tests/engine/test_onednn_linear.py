@@ -1,5 +1,5 @@
 """Linear layers through oneDNN: the products of `F.linear` (MKL), on either side of the
-row threshold, eagerly and inside a compiled graph; the model itself untouched.
+row threshold, eagerly and inside a compiled graph; the engine's model packed, the model not.
 
 The oracle is `torch.nn.functional.linear` on the same weight: another library sums in
 another order, so products agree to float32 rounding, not bit for bit (greedy tokens are
@@ -19,7 +19,7 @@ from llmserve_ref.engine.onednn_linear import (
     OneDNNLinear,
     onednn_available,
     onednn_linear,
-    packed_linear_layers,
+    pack_linear_layers,
 )
 from llmserve_ref.model.llama import Llama
 from llmserve_ref.model.llama_config import ModelConfig
@@ -86,24 +86,25 @@ def tiny_model(dtype: torch.dtype = torch.float32) -> Llama:
     return Llama(config).to(dtype).eval()
 
 
-def test_the_copy_shares_the_weights_and_the_model_keeps_its_layers() -> None:
+def test_packing_replaces_each_linear_layer_by_one_that_shares_its_weights() -> None:
     model = tiny_model()
-    packed = packed_linear_layers(model)
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    onednn = [m for m in packed.modules() if isinstance(m, OneDNNLinear)]
-    assert len(onednn) == len(linears) == 2 * 7 + 1  # q k v o gate up down, each layer; head
-    assert not any(isinstance(m, OneDNNLinear) for m in model.modules())
-    assert {id(m.weight) for m in onednn} == {id(m.weight) for m in linears}
-    shared = {id(p) for p in model.parameters()} | {id(b) for b in model.buffers()}
-    assert shared == {id(p) for p in packed.parameters()} | {id(b) for b in packed.buffers()}
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     tokens = torch.randint(0, 64, (1, 40), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
-        torch.testing.assert_close(packed(tokens), model(tokens), atol=1e-4, rtol=1e-4)
+        expected = model(tokens)
+    assert pack_linear_layers(model) is model  # in place
+    onednn = {name: m for name, m in model.named_modules() if isinstance(m, OneDNNLinear)}
+    assert onednn.keys() == linears.keys() and len(onednn) == 2 * 7 + 1  # 7 a layer; head
+    assert not any(isinstance(m, nn.Linear) for m in model.modules())
+    assert all(onednn[name].weight is layer.weight for name, layer in linears.items())
+    with torch.inference_mode():
+        torch.testing.assert_close(model(tokens), expected, atol=1e-4, rtol=1e-4)
 
 
-def test_a_model_whose_weights_onednn_does_not_take_is_returned_as_it_is() -> None:
+def test_a_model_whose_weights_onednn_does_not_take_is_left_as_it_is() -> None:
     model = tiny_model(torch.bfloat16)
-    assert packed_linear_layers(model) is model
+    assert pack_linear_layers(model) is model
+    assert not any(isinstance(m, OneDNNLinear) for m in model.modules())
 
 
 def test_the_model_runner_runs_its_linear_layers_through_onednn() -> None:
@@ -111,3 +112,4 @@ def test_the_model_runner_runs_its_linear_layers_through_onednn() -> None:
     runner = ModelRunner(model, num_blocks=8, block_size=4)
     assert runner.model is not model
     assert any(isinstance(m, OneDNNLinear) for m in runner.model.modules())
+    assert not any(isinstance(m, OneDNNLinear) for m in model.modules())  # the model's own

@@ -17,7 +17,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -29,8 +28,10 @@ from pathlib import Path
 
 import httpx
 
+from llmserve_ref.engine.core_worker import core_threads
 from llmserve_ref.model.gguf_export import export
 from llmserve_ref.model.weights import TARGET_DIR
+from llmserve_ref.serving.launcher import ANNOUNCED
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 MODEL_DIR = TARGET_DIR
@@ -281,9 +282,6 @@ def vllm_server(
         yield server
 
 
-ANNOUNCE = re.compile(r"llmserve-ref: serving \S+ at (http://\S+)/v1")
-
-
 def our_command(
     port: int,
     block_size: int,
@@ -331,7 +329,7 @@ def our_server(
     server = start(name, command, log, dict(os.environ))
     try:
         while not server.url:
-            if match := ANNOUNCE.search(server.log_text()):
+            if match := ANNOUNCED.search(server.log_text()):
                 server.url = match[1]
             elif server.process.poll() is not None or time.monotonic() > started + timeout:
                 wait_healthy(server, 0, started)  # raises, with the log's tail
@@ -348,7 +346,7 @@ def our_server(
 # and the compute threads the others take: all cores but one, left to the HTTP side (vLLM's
 # CPU worker binds its OpenMP threads so, and our core sets torch's threads so).
 LLAMA_CPP_SLOTS = MAX_NUM_SEQS
-LLAMA_CPP_THREADS = max(1, (os.cpu_count() or 1) - 1)
+LLAMA_CPP_THREADS = core_threads()
 
 
 def llama_cpp_command(binary: Path, gguf_path: Path, port: int) -> list[str]:

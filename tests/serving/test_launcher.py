@@ -13,7 +13,12 @@ import pytest
 
 from llmserve_ref.engine.loop_engine import LoopEngine
 from llmserve_ref.serving.app import Access
-from llmserve_ref.serving.launcher import exposure_warning, kv_cache_report, load_engine
+from llmserve_ref.serving.launcher import (
+    ANNOUNCED,
+    exposure_warning,
+    kv_cache_report,
+    load_engine,
+)
 
 
 @pytest.mark.slow
@@ -50,6 +55,7 @@ def test_a_signal_shuts_down_gracefully_and_exits_zero(sig, grace, reasons):
         announce = process.stdout.readline()
         assert announce.startswith("llmserve-ref: serving tiny at http://127.0.0.1:"), announce
         base_url = announce.split(" at ")[1].strip()
+        assert ANNOUNCED.search(announce)[1] + "/v1" == base_url  # what scripts read it by
         body = {"model": "tiny", "prompt": "Once", "max_tokens": 120, "stream": True, "seed": 0}
         body["ignore_eos"] = True  # so only the signal or the length can end it
         with httpx.stream("POST", f"{base_url}/completions", json=body, timeout=60) as response:

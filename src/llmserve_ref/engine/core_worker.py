@@ -133,12 +133,17 @@ ToCore = AddRequests | Abort | Shutdown
 FromCore = Ready | StepDone | Failed | Closed
 
 
+def core_threads() -> int:
+    """torch's threads in the core's own process: all cores but one, which is left to the
+    server's process (on a small machine, torch's threads and the HTTP side fighting over
+    every core slow both; measured: benchmarks/engine.py)."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
 def run_core(spec: CoreSpec, inbox: Connection, outbox: Connection, model: Llama | None) -> None:
     """Build the core, then apply messages and step until told to shut down."""
     if model is None:  # in its own process: load the weights here
-        # Leave a core to the server's process: on a small machine, torch's threads and
-        # the HTTP side fighting over every core slow both (measured: benchmarks/engine.py).
-        torch.set_num_threads(spec.num_threads or max(1, (os.cpu_count() or 2) - 1))
+        torch.set_num_threads(spec.num_threads or core_threads())
         keep_freed_memory()  # a prompt step's tensors, without a page fault per page
         model = Llama.from_pretrained(spec.model_dir, spec.device)
     elif spec.num_threads:

@@ -12,17 +12,19 @@ loading a checkpoint stacks its ``q_proj``, ``k_proj``, ``v_proj`` (and ``gate_p
 ``models/llama.py``).
 
 Our model keeps Hugging Face's separate layers, so that its weights load and save as they
-are; `fused_projections` returns a copy of it for the engine, in which each `Attention`
-is a `FusedAttention` and each `MLP` a `FusedMLP`. The stacked weights are copies (the
-copy holds most of the weights a second time); everything else is shared. Each output
+are; `fuse_projections` changes a model in place, each `Attention` into a `FusedAttention`
+and each `MLP` into a `FusedMLP`. The engine fuses its own copy of the model
+(`llmserve_ref.engine.model_runner`), which shares the model's other weights; the stacked
+ones are copies, so the engine holds most of the weights a second time. Each output
 column is the same dot product as before, though a kernel of another shape may sum it in
 another order: the logits agree to float32 rounding, and the greedy tokens with
 `generate`'s (tests/engine/test_engine_core.py).
 
+>>> import copy
 >>> import torch
 >>> from llmserve_ref.model.weights import load_target
 >>> model = load_target("cpu")[0]  # 8 query heads and 2 key-value heads of 32
->>> fused = fused_projections(model)
+>>> fused = fuse_projections(copy.deepcopy(model))
 >>> fused.decoder_layers[0].self_attn.qkv_proj  # 256 query, 64 key and 64 value features
 Linear(in_features=256, out_features=384, bias=False)
 >>> ids = torch.tensor([[3, 1, 4, 1, 5]])
@@ -32,8 +34,6 @@ True
 
 from __future__ import annotations
 
-import copy
-import itertools
 from typing import cast
 
 import torch
@@ -75,16 +75,14 @@ class FusedMLP(MLP):
 # --8<-- [end:fused]
 
 
-def fused_projections(model: Llama) -> Llama:
-    """A copy of `model` with each layer's projections fused, sharing its other weights."""
-    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
-    clone = copy.deepcopy(model, memo=shared)
-    for module in list(clone.modules()):
+def fuse_projections(model: Llama) -> Llama:
+    """Fuse each layer's projections, in place; return `model`."""
+    for module in list(model.modules()):
         if type(module) is Attention:
             _fuse_attention(module)
         elif type(module) is MLP:
             _fuse_mlp(module)
-    return clone
+    return model
 
 
 # Each module becomes its fused subclass in place: the same attributes, one method changed.

@@ -3,9 +3,9 @@
 The runner owns the model and the `KVStorage` its keys and values live in. Each step
 it makes the copy-on-write copies the block manager asked for, packs the scheduled
 tokens into one `PagedBatch` (`llmserve_ref.engine.paged_batch`), and runs the model
-over it once: the model's own code, on a copy whose projections are fused
-(`llmserve_ref.engine.fused_projections`) and whose linear layers, on a CPU, run
-through oneDNN (`llmserve_ref.engine.onednn_linear`).
+over it once: the model's own code, on the runner's own copy of the model, which shares
+its weights, and whose projections are fused (`llmserve_ref.engine.fused_projections`)
+and linear layers, on a CPU, run through oneDNN (`llmserve_ref.engine.onednn_linear`).
 
 Only the tokens that sample need logits: the last token of a sequence whose
 chunk reaches its end, and, for a sequence checking guesses (speculative
@@ -26,6 +26,7 @@ torch.Size([2, 32])
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 from collections.abc import Sequence
@@ -33,9 +34,9 @@ from collections.abc import Sequence
 import torch
 
 from llmserve_ref.engine.compiled_decode import CompiledDecode
-from llmserve_ref.engine.fused_projections import fused_projections
+from llmserve_ref.engine.fused_projections import fuse_projections
 from llmserve_ref.engine.kv_storage import KVStorage
-from llmserve_ref.engine.onednn_linear import packed_linear_layers
+from llmserve_ref.engine.onednn_linear import pack_linear_layers
 from llmserve_ref.engine.paged_batch import Chunk, PagedBatch
 from llmserve_ref.kernels.paged_attention import paged_decode_attention
 from llmserve_ref.kernels.triton_paged_attention import paged_decode_attention_triton
@@ -50,9 +51,10 @@ class ModelRunner:
     ) -> None:
         """`compile_sizes`: run decode steps compiled, padded to these batch sizes
         (`llmserve_ref.engine.compiled_decode`); empty: every step eagerly."""
-        # A copy of the model whose projections are fused (`fused_projections`) and, on a
-        # CPU, whose linear layers run through oneDNN (`packed_linear_layers`).
-        self.model = packed_linear_layers(fused_projections(model))
+        # The engine's own copy of the model (`generate` runs the model as it is), sharing
+        # its weights, its projections fused and, on a CPU, its linear layers on oneDNN.
+        shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+        self.model = pack_linear_layers(fuse_projections(copy.deepcopy(model, memo=shared)))
         # Compiled: one block more (beyond the KV memory asked for), the padding's scratch.
         self.storage = KVStorage.for_model(
             model.config, num_blocks + bool(compile_sizes), block_size, model.dtype, model.device

@@ -20,10 +20,10 @@ weights only in frozen graphs, and for MKL; so inside a compiled graph the produ
 custom op, ``llmserve::onednn_linear``, which finds its layer's packed weight by the
 layer's key.
 
-`packed_linear_layers` returns a copy of a model that shares its weights, each
-``nn.Linear`` replaced, where `onednn_available` (float32 on an x86-64 CPU, where this was
-measured), and the model itself elsewhere; the model is untouched (``generate`` keeps
-`F.linear`).
+`pack_linear_layers` replaces each ``nn.Linear`` of a model, in place, where
+`onednn_available` (float32 on an x86-64 CPU, where this was measured), and leaves the
+model as it is elsewhere; the engine does it to its own copy of the model, which shares the
+model's weights (`llmserve_ref.engine.model_runner`), so ``generate`` keeps `F.linear`.
 
 >>> import torch
 >>> from torch import nn
@@ -41,7 +41,6 @@ True
 
 from __future__ import annotations
 
-import copy
 import itertools
 import platform
 import weakref
@@ -111,16 +110,13 @@ def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, key: int
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-def packed_linear_layers(model: Model) -> Model:
-    """A copy of `model` sharing its parameters and buffers, each ``nn.Linear`` a
-    `OneDNNLinear`; `model` itself when oneDNN cannot run its weights (CUDA, bfloat16)."""
+def pack_linear_layers(model: Model) -> Model:
+    """Replace each ``nn.Linear`` of `model` by a `OneDNNLinear` sharing its weights, in
+    place, where oneDNN can run them all (not on CUDA, not in bfloat16); return `model`."""
     weights = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
-    if not weights or not all(onednn_available(w) for w in weights):
-        return model
-    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
-    clone = copy.deepcopy(model, memo=shared)
-    for module in list(clone.modules()):
-        for name, child in module.named_children():
-            if isinstance(child, nn.Linear):
-                setattr(module, name, OneDNNLinear(child))
-    return clone
+    if weights and all(onednn_available(w) for w in weights):
+        for module in list(model.modules()):
+            for name, child in module.named_children():
+                if isinstance(child, nn.Linear):
+                    setattr(module, name, OneDNNLinear(child))
+    return model

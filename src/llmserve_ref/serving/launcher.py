@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ from llmserve_ref.serving.transport import (
     url_of,
     uvicorn_config,
 )
+
+# The line `serve` prints once it listens, and what a script that starts it reads the URL by.
+ANNOUNCED = re.compile(r"llmserve-ref: serving \S+ at (http://\S+)/v1")
 
 
 def load_engine(
