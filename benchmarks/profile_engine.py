@@ -24,8 +24,8 @@ sampling, detokenization? This benchmark measures it, in five parts.
 2. **The forward, by op family.** In this process, the model loaded as the core loads
    it, a `ModelRunner` on paged KV runs decode steps at batch 1, 16 and 64 over
    32-token contexts, under `torch.profiler`. Its linear layers run as the engine runs
-   them (fused, `llmserve_ref.engine.fused_projections`, and through oneDNN,
-   `llmserve_ref.engine.onednn_linear`). Every op's own (self) CPU time goes to
+   them (fused, `llmserve_ref.engine.fused_projections`, and through oneDNN on a CPU
+   with AVX-512, `llmserve_ref.engine.onednn_linear`). Every op's own (self) CPU time goes to
    the family of the outermost op or region it ran in: matmul, attention (the whole of
    `PagedBatch.attend`: the KV write, the paged gather, SDPA), norms and elementwise
    ops, copies and indexing, views; `PagedBatch` construction is batch building, and

@@ -120,7 +120,7 @@ engine/, many requests on one model:
   Pages: none.
 * ``engine.ngram_proposer``: prompt lookup: guesses what follows from an earlier match (ngram).
   Pages: none.
-* ``engine.onednn_linear``: linear layers through oneDNN, weights packed once, on a CPU.
+* ``engine.onednn_linear``: linear layers through oneDNN, weights packed once, where AVX-512.
   Pages: stage-9/running-a-serving-engine.
 * ``engine.output_processor``: token ids to each stream's text, stop strings, times, endings.
   Pages: stage-6/streaming.

@@ -1,5 +1,6 @@
 """Linear layers through oneDNN: the products of `F.linear` (MKL), on either side of the
-row threshold, eagerly and inside a compiled graph; the engine's model packed, the model not.
+row threshold, eagerly and inside a compiled graph; the engine's model packed where oneDNN
+is the faster library (AVX-512, read from /proc/cpuinfo as the oracle), the model not.
 
 The oracle is `torch.nn.functional.linear` on the same weight: another library sums in
 another order, so products agree to float32 rounding, not bit for bit (greedy tokens are
@@ -8,19 +9,25 @@ checked against `generate` in test_engine_core.py, through the runner that packs
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from llmserve_ref.engine import onednn_linear as module
 from llmserve_ref.engine.model_runner import ModelRunner
 from llmserve_ref.engine.onednn_linear import (
     ONEDNN_MIN_ROWS,
     OneDNNLinear,
     onednn_available,
+    onednn_faster,
     onednn_linear,
     pack_linear_layers,
 )
+from llmserve_ref.engine.paged_batch import Chunk
 from llmserve_ref.model.llama import Llama
 from llmserve_ref.model.llama_config import ModelConfig
 
@@ -28,6 +35,23 @@ pytestmark = pytest.mark.skipif(
     not onednn_available(torch.zeros(1)),
     reason="the engine runs oneDNN's products on x86-64 CPUs, in a torch built with it",
 )
+# torch's AVX-512 kernels need these four (aten/src/ATen/cpu/vec/vec512); the engine's choice
+# of library follows them.
+AVX512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+
+
+@pytest.fixture
+def faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a CPU with AVX-512, where the engine packs its layers."""
+    monkeypatch.setattr(module, "onednn_faster", lambda: True)
+
+
+def test_onednn_is_the_engines_library_on_a_cpu_with_avx512_and_not_with_avx2() -> None:
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        pytest.skip("needs Linux's /proc/cpuinfo for the CPU's flags")
+    flags = set(re.search(r"^flags\s*:(.*)$", cpuinfo.read_text(), re.M)[1].split())
+    assert onednn_faster() == AVX512.issubset(flags), sorted(flags & (AVX512 | {"avx2"}))
 
 
 def layer(seed: int = 0, bias: bool = False) -> nn.Linear:
@@ -86,7 +110,7 @@ def tiny_model(dtype: torch.dtype = torch.float32) -> Llama:
     return Llama(config).to(dtype).eval()
 
 
-def test_packing_replaces_each_linear_layer_by_one_that_shares_its_weights() -> None:
+def test_packing_replaces_each_linear_layer_by_one_that_shares_its_weights(faster: None) -> None:
     model = tiny_model()
     linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     tokens = torch.randint(0, 64, (1, 40), generator=torch.Generator().manual_seed(1))
@@ -101,15 +125,28 @@ def test_packing_replaces_each_linear_layer_by_one_that_shares_its_weights() -> 
         torch.testing.assert_close(model(tokens), expected, atol=1e-4, rtol=1e-4)
 
 
-def test_a_model_whose_weights_onednn_does_not_take_is_left_as_it_is() -> None:
+def test_a_model_whose_weights_onednn_does_not_take_is_left_as_it_is(faster: None) -> None:
     model = tiny_model(torch.bfloat16)
     assert pack_linear_layers(model) is model
     assert not any(isinstance(m, OneDNNLinear) for m in model.modules())
 
 
-def test_the_model_runner_runs_its_linear_layers_through_onednn() -> None:
+def test_where_onednn_is_slower_the_model_keeps_its_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(module, "onednn_faster", lambda: False)  # as with AVX2 only
+    model = tiny_model()
+    assert pack_linear_layers(model) is model
+    assert not any(isinstance(m, OneDNNLinear) for m in model.modules())
+
+
+def test_the_model_runner_runs_its_linear_layers_through_onednn(faster: None) -> None:
     model = tiny_model()
     runner = ModelRunner(model, num_blocks=8, block_size=4)
     assert runner.model is not model
     assert any(isinstance(m, OneDNNLinear) for m in runner.model.modules())
     assert not any(isinstance(m, OneDNNLinear) for m in model.modules())  # the model's own
+    # A prompt of 20 tokens: its products have 20 rows, oneDNN's; the logits are MKL's.
+    prompt = [Chunk(list(range(1, 21)), start=0, block_table=[0, 1, 2, 3, 4], samples=True)]
+    unpacked = ModelRunner(model, num_blocks=8, block_size=4)
+    unpacked.model = model  # the same weights, every product through F.linear
+    found, expected = runner.forward(prompt), unpacked.forward(prompt)
+    torch.testing.assert_close(found, expected, atol=1e-4, rtol=1e-4)

@@ -1,11 +1,12 @@
 """Linear layers through oneDNN, their weights packed once: the matmuls of a CPU engine.
 
-In float32 on a CPU, `torch.nn.functional.linear` calls MKL's sgemm. On the AMD CPU this
-was measured on, which has AVX-512, the MKL inside torch 2.13 ran at AVX2-class rates;
-oneDNN, the other matrix library inside PyTorch, runs AVX-512 kernels there, and with each
-weight reordered once, at load, into the blocked layout its kernel reads, it multiplies
-faster from a few rows on (`benchmarks/profile_engine.py`'s Part 4 times both on every
-layer the engine runs). vLLM's
+In float32 on a CPU, `torch.nn.functional.linear` calls MKL's sgemm. On an AMD CPU with
+AVX-512, the MKL inside torch 2.13 ran at AVX2-class rates; oneDNN, the other matrix
+library inside PyTorch, runs AVX-512 kernels there, and with each weight reordered once,
+at load, into the blocked layout its kernel reads, it multiplied faster from a few rows on.
+On an AMD CPU with AVX2 only, oneDNN was slower than MKL at every row count
+(`benchmarks/profile_engine.py`'s Part 4 times both on every layer the engine runs): so
+the engine packs its layers only where `onednn_faster`, on a CPU with AVX-512. vLLM's
 CPU backend does this when it loads a model: ``dispatch_cpu_unquantized_gemm`` (in
 ``vllm/model_executor/layers/utils.py``) makes a oneDNN matmul of each linear layer's
 weight (``create_onednn_mm``), and the layer's forward calls it (``onednn_mm``).
@@ -21,7 +22,7 @@ custom op, ``llmserve::onednn_linear``, which finds its layer's packed weight by
 layer's key.
 
 `pack_linear_layers` replaces each ``nn.Linear`` of a model, in place, where
-`onednn_available` (float32 on an x86-64 CPU, where this was measured), and leaves the
+`onednn_available` (float32 on an x86-64 CPU) and `onednn_faster` (AVX-512), and leaves the
 model as it is elsewhere; the engine does it to its own copy of the model, which shares the
 model's weights (`llmserve_ref.engine.model_runner`), so ``generate`` keeps `F.linear`.
 
@@ -68,6 +69,12 @@ def onednn_available(weight: torch.Tensor) -> bool:
     )
 
 
+def onednn_faster() -> bool:
+    """Whether this CPU has AVX-512 (as torch reads it), where oneDNN's products were
+    measured faster than MKL's from a few rows on; with AVX2 only they were slower."""
+    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
 # --8<-- [start:layer]
 class OneDNNLinear(nn.Module):
     """``x @ weight.T + bias`` with `weight` packed for oneDNN; the weight itself is kept
@@ -112,9 +119,10 @@ def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, key: int
 
 def pack_linear_layers(model: Model) -> Model:
     """Replace each ``nn.Linear`` of `model` by a `OneDNNLinear` sharing its weights, in
-    place, where oneDNN can run them all (not on CUDA, not in bfloat16); return `model`."""
+    place, where oneDNN can run them all (not on CUDA, not in bfloat16) and is the faster
+    library (a CPU with AVX-512); return `model`."""
     weights = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
-    if weights and all(onednn_available(w) for w in weights):
+    if weights and onednn_faster() and all(onednn_available(w) for w in weights):
         for module in list(model.modules()):
             for name, child in module.named_children():
                 if isinstance(child, nn.Linear):
