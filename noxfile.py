@@ -250,8 +250,9 @@ SPECULATIVE_PAGE = "docs/stage-6/speculative-decoding.md"
 # llama.cpp's own server, `llama-server`, runs our GGUF export beside them. PyPI carries
 # llama.cpp's source as the tree llama-cpp-python's sdist vendors (vendor/llama.cpp), and
 # GitHub is out of this machine's reach: the session builds `llama-server` from that tree
-# with CMake, for this CPU (GGML_NATIVE), statically linked (4.5 to 7 minutes on our two
-# cores), and keeps it outside the work tree, by version, CPU and flags (`llama_server`).
+# with CMake, for this CPU (GGML_NATIVE), statically linked (4.5 to 7 minutes on two cores
+# of an AMD EPYC with AVX-512, 14.5 on one with AVX2 only), and keeps it outside the work
+# tree, by version, CPU and flags (`llama_server`).
 LLAMA_CPP = "llama-cpp-python==0.3.36"
 LLAMA_CPP_CMAKE = [
     "-DCMAKE_BUILD_TYPE=Release",
