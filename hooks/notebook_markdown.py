@@ -24,7 +24,7 @@ import base64
 import posixpath
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mathml import to_mathml
 
@@ -69,6 +69,7 @@ class Site:
     url: str  # the site's root URL, ending in /
     page: str  # the page's path under docs/, such as stage-1/tokens.md
     figure: Callable[[str], str | None] = lambda path: None
+    attached: dict[str, str] = field(default_factory=dict)  # a figure's name -> its path
 
     def page_url(self, path: str) -> str:
         """The address of the page at `path` (under docs/), with directory URLs."""
@@ -207,6 +208,7 @@ def _figures(source: str, site: Site, attachments: dict) -> str:
             return f"![{link['text']}]({site.url}{path})"
         name = posixpath.basename(path)
         attachments[name] = {"image/svg+xml": base64.b64encode(svg.encode()).decode()}
+        site.attached[name] = path
         return f"![{link['text']}](attachment:{name})"
 
     return outside_code(source, lambda prose: LINK.sub(embed, prose))

@@ -19,7 +19,8 @@ Triton's interpreter on a CPU, as the nox sessions do).
 
 The build publishes the notebook twice: `stage-N/notebooks/<slug>.ipynb` is the page that
 mkdocs-jupyter renders (with `execute: false`: the outputs are the suite's recordings; its
-math turned into MathML, so the page loads nothing from outside the site), and
+math turned into MathML, so the page loads nothing from outside the site; its figures the
+site's files, not copies inlined in the page), and
 `stage-N/notebooks/<slug>/<slug>.ipynb` the file its download button gives. Each topic
 page's install box links to its notebook. The test suite executes the notebooks and
 compares their outputs with the page's (tests/site/test_notebooks.py).
@@ -234,12 +235,21 @@ def _code(source: str, outputs=(), meta: dict | None = None, tags=()) -> dict:
     }
 
 
-def rendered(data: dict) -> dict:
-    """The notebook as its page on the site shows it: math as MathML."""
-    cells = [
-        {**c, "source": md.with_mathml(c["source"])} if c["cell_type"] == "markdown" else c
-        for c in data["cells"]
-    ]
+def rendered(data: dict, site: md.Site) -> dict:
+    """The notebook as its page on the site shows it: math as MathML, and each figure the
+    site's own file, which the browser fetches beside the page, not the cell's attached copy
+    (mkdocs-jupyter inlines that as base64, which the phone parses before it draws: 265 KB
+    of the scheduler notebook's 803 KB)."""
+    here = posixpath.splitext(notebook_uri(site.page))[0]  # the page's folder on the site
+    cells = []
+    for cell in data["cells"]:
+        if cell["cell_type"] == "markdown":
+            source = md.with_mathml(cell["source"])
+            for name in cell.get("attachments", {}):
+                link = posixpath.relpath(site.attached[name], here)
+                source = source.replace(f"](attachment:{name})", f"]({link})")
+            cell = {k: v for k, v in cell.items() if k != "attachments"} | {"source": source}
+        cells.append(cell)
     return {**data, "cells": cells}
 
 
@@ -300,7 +310,7 @@ def on_nav(nav, config, files):
     for page, title in _state["titles"].items():
         site = md.Site(site_url, page, figure)
         data = notebook(Path(config["docs_dir"]) / page, title, site, wheel_url, package)
-        (_state["work"] / notebook_uri(page)).write_text(dumps(rendered(data)), "utf-8")
+        (_state["work"] / notebook_uri(page)).write_text(dumps(rendered(data, site)), "utf-8")
         _state["downloads"][page].content_bytes = dumps(data).encode()
     _state["wheel_url"] = wheel_url
     return nav
@@ -338,10 +348,30 @@ FOCUSABLE = {
 }
 
 
+# mkdocs-jupyter draws each cell's copy button with its own copy of one icon (an SVG of two
+# paths, 1.2 KB: 180 KB of a notebook page of 148 cells); the page holds it once, and each
+# button's SVG uses it, drawn in the button's colour as before.
+COPY_ICON = re.compile(r'(<svg [^>]*class="clipboard-copy-icon"[^>]*>)\s*(.*?)\s*</svg>', re.S)
+COPY_ICON_ID = "clipboard-copy-icon-paths"
+
+
+def icon_once(html: str) -> str:
+    """`html` with every copy button's icon a `<use>` of one definition, put in front."""
+    first = COPY_ICON.search(html)
+    if first is None:
+        return html
+    definition = (
+        '<svg aria-hidden="true" width="0" height="0" style="position: absolute">'
+        f'<defs><g id="{COPY_ICON_ID}">{first[2]}</g></defs></svg>'
+    )
+    used = COPY_ICON.sub(lambda m: f'{m[1]}<use href="#{COPY_ICON_ID}"></use></svg>', html)
+    return definition + used
+
+
 def on_page_content(html, page, config, files):
     """A notebook's page: under its title, the button that downloads it and a link back;
-    none of the scripts that would load from outside the site; its code focusable; not in
-    the search index."""
+    none of the scripts that would load from outside the site; its code focusable; its
+    copy buttons' icon defined once; not in the search index."""
     source = next((s for s in _state["titles"] if notebook_uri(s) == page.file.src_uri), None)
     if source is None:
         return html
@@ -351,6 +381,7 @@ def on_page_content(html, page, config, files):
     html = CDN_SCRIPTS.sub("", html)
     for before, after in FOCUSABLE.items():
         html = html.replace(before, after)
+    html = icon_once(html)
     back = posixpath.relpath(files.get_file_from_path(source).url, page.url) + "/"
     buttons = (
         f'<p class="notebook-download"><a class="md-button md-button--primary" '

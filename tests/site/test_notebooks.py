@@ -43,6 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "hooks"))
 
 import curriculum  # noqa: E402
+import notebook_markdown as md  # noqa: E402
+from notebooks import rendered  # noqa: E402
 from page_blocks import read_page  # noqa: E402
 
 DOCS = ROOT / "docs"
@@ -91,6 +93,18 @@ def to_execute() -> list[Path]:
 
 def page_id(page: Path) -> str:
     return page.relative_to(DOCS).as_posix()
+
+
+def test_the_sites_page_links_a_figure_that_the_notebook_carries():
+    site = md.Site("https://example.test/", "stage-7/scheduler-simulator.md", lambda p: "<svg/>")
+    ((_, source, attachments),) = md.cells("A timeline: ![Timeline](figures/timeline.svg)", site)
+    cell = {"cell_type": "markdown", "metadata": {}, "source": source, "attachments": attachments}
+    data = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (shown,) = rendered(data, site)["cells"]
+    # The page is stage-7/notebooks/scheduler-simulator/; the figure stage-7/figures/.
+    assert shown["source"] == "A timeline: ![Timeline](../../figures/timeline.svg)"
+    assert "attachments" not in shown
+    assert data["cells"][0]["attachments"] == {"timeline.svg": {"image/svg+xml": "PHN2Zy8+"}}
 
 
 @pytest.mark.parametrize("page", PAGES, ids=page_id)

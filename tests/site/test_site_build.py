@@ -88,6 +88,40 @@ def test_notebook_pages_inline_a_fraction_of_jupyterlabs_stylesheet(built_site):
         assert all(text not in page.read_text() for text in notebook_css.jupyterlab_css()), page
 
 
+def test_notebook_pages_show_the_sites_figures_and_their_downloads_carry_them(built_site):
+    """A rendered notebook's figures are the site's files, fetched beside the page (no base64
+    copy in its HTML), and each is there; the notebook its button downloads carries them."""
+    pages = sorted(built_site.site.glob("stage-*/notebooks/*/index.html"))
+    linked = 0
+    for page in pages:
+        shown = page.read_text()
+        assert "data:image" not in shown, page
+        for src in re.findall(r'<img [^>]*src="([^"]+)"', shown):
+            assert (page.parent / src).resolve().is_file(), (page, src)
+            linked += 1
+        download = json.loads((page.parent / f"{page.parent.name}.ipynb").read_text())
+        for cell in download["cells"]:
+            for name in cell.get("attachments", {}):
+                assert f"](attachment:{name})" in cell["source"], (page, name)
+    assert linked >= 5  # the figures of the stage-7 and stage-8 notebooks, among others
+
+
+def test_notebook_pages_define_the_copy_icon_once_and_every_button_uses_it(built_site):
+    """mkdocs-jupyter's template draws a copy button per cell, each with the icon's paths;
+    a notebook page holds those paths once, as the template writes them."""
+    import mkdocs_jupyter
+
+    template = Path(mkdocs_jupyter.__file__).parent / "templates/mkdocs_html/notebook.html.j2"
+    icon = re.search(r'class="clipboard-copy-icon">(.*?)</svg>', template.read_text(), re.S)
+    paths = re.findall(r"<path [^>]*\bd=\"([^\"]+)\"", icon[1])
+    assert len(paths) == 2
+    for page in sorted(built_site.site.glob("stage-*/notebooks/*/index.html")):
+        shown = page.read_text()
+        buttons = shown.count("<clipboard-copy ")
+        assert buttons > 0 and shown.count('<use href="#clipboard-copy-icon-paths">') == buttons
+        assert [shown.count(f'd="{d}"') for d in paths] == [1, 1], page
+
+
 @pytest.mark.slow
 def test_no_python_file_under_docs_becomes_a_page(built_site):
     for script in (ROOT / "docs").glob("**/*.py"):
