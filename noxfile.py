@@ -9,7 +9,7 @@ nox -s docs serve lint              # lint: ruff, mypy on the package, tsc on th
 nox -s notebooks                    # every topic page's notebook, run and checked (~7 min)
 nox -s engines                      # real vLLM (CPU build) beside our server; installs ~4 GB
 nox -s robustness                   # Schemathesis fuzz and a 32-stream soak, live server
-nox -s site-audit                   # Lighthouse on every page, mobile and desktop; axe
+nox -s site-audit                   # Lighthouse on every page as a phone; axe
 nox -s torch_range                  # kernel, model, engine tests on torch 2.5.0 and the newest
 nox -s mutation                     # mutation testing of the named components (~20 min)
 """
@@ -150,11 +150,12 @@ def docs(session: nox.Session) -> None:
 @nox.session(name="site-audit")
 def site_audit(session: nox.Session) -> None:
     """Lighthouse (tests/lighthouse, pinned) on the home, topic and rendered notebook pages of
-    the built site, served on 127.0.0.1, with its
-    mobile and desktop presets in Debian's Chromium: a table of scores, LCP and TBT, failing
+    the built site, served on 127.0.0.1, with its mobile preset in Debian's Chromium
+    (`-- --preset both` adds its desktop one): a table of scores, LCP and TBT, failing
     below the bars of tests/lighthouse/site_audit.py (a page's mobile score is the median of
     up to five runs). `-- --runs 3` runs it three times and prints the spread. Then the
-    tests marked `audit`: axe-core's WCAG rules on every built page, light and dark, and the
+    tests marked `audit`: axe-core's WCAG rules on every built page at a desktop's width,
+    light and dark (what the desktop preset's accessibility audit judged), and the
     notebook pages' trimmed CSS checked in Chromium (about 9 minutes, which the tests session
     leaves to this one)."""
     chromium = os.environ.get("CHROME_PATH", "/usr/bin/chromium")
@@ -376,6 +377,7 @@ def engines(session: nox.Session) -> None:
             session.run(
                 "python", "tests/peers/with_servers.py",
                 "pytest", "tests/peers", ENGINES_PAGE, LLAMA_CPP_PAGE, SPECULATIVE_PAGE, "-s",
+                "--durations=25",  # the slowest tests and blocks, printed as the tests session does
                 *session.posargs,
                 env=env,
             )  # fmt: skip

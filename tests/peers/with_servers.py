@@ -9,8 +9,9 @@ and ``llmserve-ref serve --compile``; then the same two with prompt lookup (``--
 with `servers.NGRAM`), and the same two with the draft model (`servers.DRAFT`, a copy of
 the package's draft beside the model's), which the speculative-decoding page measures
 against the first two; and ours once more without ``--compile`` (eager), which the
-serving-engine page measures the compiled one against.
-The command then runs with the environment that says where they are (`servers.page_env`):
+serving-engine page measures the compiled one against; and llama.cpp's llama-server. They
+start in two lines, side by side (`start_side_by_side`). The command then runs with the
+environment that says where they are (`servers.page_env`):
 
     VLLM_BASE_URL, LLMSERVE_BASE_URL   the servers' OpenAI base URLs (http://127.0.0.1:PORT/v1)
     VLLM_LOG, LLMSERVE_LOG             their logs, which hold the startup lines
@@ -31,6 +32,7 @@ Exits with the command's status; a server that does not start is a failure.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import shutil
 import subprocess
@@ -43,6 +45,25 @@ sys.path.insert(0, str(Path(__file__).parent))
 import servers  # this file runs as a script, beside servers.py
 
 from llmserve_ref.model.weights import DRAFT_DIR
+
+
+def start_side_by_side(
+    up: contextlib.ExitStack, *chains: list[contextlib.AbstractContextManager]
+) -> list[servers.Server]:
+    """Each chain's servers started one after another, the chains side by side: while our
+    first server compiles, with a core to spare, the other engines start. Every server
+    that started stops with `up`, also when another failed to start."""
+
+    def start(chain: list[contextlib.AbstractContextManager]) -> list[servers.Server]:
+        started = []
+        for server in chain:
+            started.append(server.__enter__())
+            up.push(server.__exit__)  # a deque's append: safe from two threads
+        return started
+
+    with concurrent.futures.ThreadPoolExecutor(len(chains)) as pool:
+        done = [pool.submit(start, chain) for chain in chains]
+    return [server for chain in done for server in chain.result()]
 
 
 def main(command: list[str]) -> int:
@@ -58,16 +79,24 @@ def main(command: list[str]) -> int:
             "kv_cache_memory_bytes": servers.KV_CACHE_MEMORY_BYTES,
             "block_size": servers.BLOCK_SIZE,
         }
-        running = []
-        for config in (None, *servers.GUESSING.values()):  # plain, then the pairs that guess
-            vllm = servers.vllm_server(model_dir, root, speculative_config=config, **sizes)
-            running.append(up.enter_context(vllm))
-            ours = servers.our_server(root, speculative_config=config, **sizes)
-            running.append(up.enter_context(ours))
+        vllm = [
+            servers.vllm_server(model_dir, root, speculative_config=config, **sizes)
+            for config in (None, *servers.GUESSING.values())  # plain, then the pairs that guess
+        ]
+        ours, ngram, draft = (
+            servers.our_server(root, speculative_config=config, **sizes)
+            for config in (None, servers.NGRAM, servers.DRAFT)
+        )
         eager = servers.our_server(root, compile=False, **sizes)  # ours before it compiled
-        running.append(up.enter_context(eager))
+        # Two lines of starts, about as long: ours first, compiling its decode step (four
+        # minutes cold on two cores), then the one with prompt lookup, which finds the same
+        # graphs in torch's compile cache (seconds, where beside it both would compile);
+        # vLLM's three, then ours with the draft model (its cache's blocks are fewer, so
+        # its graphs are others: another compile).
+        first = [ours, ngram, eager]
         if servers.HAVE_LLAMA_CPP:  # the engines session builds it; its tests skip without
-            running.append(up.enter_context(servers.llama_cpp_server(model_dir, root)))
+            first.append(servers.llama_cpp_server(model_dir, root))
+        running = start_side_by_side(up, first, [*vllm, draft])
         for server in running:
             print(
                 f"{server.name} ready after {server.ready_after:.0f} s at {server.base_url}: "
