@@ -5,7 +5,8 @@ it makes the copy-on-write copies the block manager asked for, packs the schedul
 tokens into one `PagedBatch` (`llmserve_ref.engine.paged_batch`), and runs the model
 over it once: the model's own code, on the runner's own copy of the model, which shares
 its weights, and whose projections are fused (`llmserve_ref.engine.fused_projections`)
-and linear layers, on a CPU, run through oneDNN (`llmserve_ref.engine.onednn_linear`).
+and linear layers, on a CPU with AVX-512, run through oneDNN
+(`llmserve_ref.engine.onednn_linear`, which says why only there).
 
 Only the tokens that sample need logits: the last token of a sequence whose
 chunk reaches its end, and, for a sequence checking guesses (speculative
@@ -52,7 +53,8 @@ class ModelRunner:
         """`compile_sizes`: run decode steps compiled, padded to these batch sizes
         (`llmserve_ref.engine.compiled_decode`); empty: every step eagerly."""
         # The engine's own copy of the model (`generate` runs the model as it is), sharing
-        # its weights, its projections fused and, on a CPU, its linear layers on oneDNN.
+        # its weights, its projections fused and, on a CPU with AVX-512, its linear layers
+        # on oneDNN (`onednn_faster`).
         shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
         self.model = pack_linear_layers(fuse_projections(copy.deepcopy(model, memo=shared)))
         # Compiled: one block more (beyond the KV memory asked for), the padding's scratch.

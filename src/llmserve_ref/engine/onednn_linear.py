@@ -4,9 +4,11 @@ In float32 on a CPU, `torch.nn.functional.linear` calls MKL's sgemm. On an AMD C
 AVX-512, the MKL inside torch 2.13 ran at AVX2-class rates; oneDNN, the other matrix
 library inside PyTorch, runs AVX-512 kernels there, and with each weight reordered once,
 at load, into the blocked layout its kernel reads, it multiplied faster from a few rows on.
-On an AMD CPU with AVX2 only, oneDNN was slower than MKL at every row count
-(`benchmarks/profile_engine.py`'s Part 4 times both on every layer the engine runs): so
-the engine packs its layers only where `onednn_faster`, on a CPU with AVX-512. vLLM's
+On an AMD CPU with AVX2 only, where both run AVX2 kernels, oneDNN was slower at one row
+and, from 4 rows on, within a quarter of MKL's time, on either side of it from run to run
+(`benchmarks/profile_engine.py`'s Part 4 times both on every layer the engine runs):
+nothing steady to gain there for a second copy of the weights. So the engine packs its
+layers only where `onednn_faster`, on a CPU with AVX-512. vLLM's
 CPU backend does this when it loads a model: ``dispatch_cpu_unquantized_gemm`` (in
 ``vllm/model_executor/layers/utils.py``) makes a oneDNN matmul of each linear layer's
 weight (``create_onednn_mm``), and the layer's forward calls it (``onednn_mm``).
@@ -71,7 +73,8 @@ def onednn_available(weight: torch.Tensor) -> bool:
 
 def onednn_faster() -> bool:
     """Whether this CPU has AVX-512 (as torch reads it), where oneDNN's products were
-    measured faster than MKL's from a few rows on; with AVX2 only they were slower."""
+    measured faster than MKL's from a few rows on; with AVX2 only, slower at one row and
+    on either side of MKL's with more."""
     return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
