@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import material
-import mkdocs_jupyter
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from pygments.formatters import HtmlFormatter
 
@@ -22,6 +21,7 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "hooks"))
 
 import code_spans
+from notebook_css import jupyterlab_css
 
 STYLESHEETS = [
     *(Path(material.__file__).parent / "templates/assets/stylesheets").glob("main.*.min.css"),
@@ -29,9 +29,6 @@ STYLESHEETS = [
 ]
 
 
-# What mkdocs-jupyter inlines into a notebook's page: JupyterLab's stylesheets (its assets)
-# and nbconvert's Pygments rules, under `.highlight-ipynb`, in the style nbconvert uses.
-JUPYTER_ASSETS = Path(mkdocs_jupyter.__file__).parent / "templates/mkdocs_html/assets"
 NOTEBOOKS_CSS = ROOT / "docs/stylesheets/notebooks.css"
 
 
@@ -39,6 +36,15 @@ def rules(css: str) -> list[tuple[str, str]]:
     """(selector list, declarations) of each rule, comments dropped."""
     css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
     return re.findall(r"([^{}]+)\{([^{}]*)\}", css)
+
+
+def by_selector(css: str) -> list[tuple[str, str, str]]:
+    """(selector, its last compound, declarations) of each selector of each rule."""
+    found = []
+    for selectors, declarations in rules(css):
+        for selector in map(str.strip, selectors.split(",")):
+            found.append((selector, selector.split()[-1] if selector else "", declarations))
+    return found
 
 
 def test_its_examples():
@@ -49,12 +55,11 @@ def test_material_styles_a_name_as_plain_code_and_whitespace_not_at_all():
     assert len(STYLESHEETS) > 1  # Material's and ours
     name_rules, custom_properties = [], {}
     for sheet in STYLESHEETS:
-        for selectors, declarations in rules(sheet.read_text()):
-            for selector in selectors.split(","):
-                last = selector.strip().split()[-1] if selector.strip() else ""
-                assert last != ".w", f"{sheet.name} styles whitespace: {selector}"
-                if last == ".n" and ".highlight-ipynb" not in selector:
-                    name_rules.append(declarations)
+        for selector, last, declarations in by_selector(sheet.read_text()):
+            assert last != ".w", f"{sheet.name} styles whitespace: {selector}"
+            if last == ".n" and ".highlight-ipynb" not in selector:
+                name_rules.append(declarations)
+        for _, declarations in rules(sheet.read_text()):
             for name, value in re.findall(r"(--md-code-hl-name-color):([^;}]+)", declarations):
                 custom_properties.setdefault(name, set()).add(value.strip())
     assert name_rules == ["color:var(--md-code-hl-name-color)"]
@@ -63,19 +68,19 @@ def test_material_styles_a_name_as_plain_code_and_whitespace_not_at_all():
 
 
 def test_a_notebook_page_styles_a_name_as_its_code_and_whitespace_with_a_colour_alone():
+    # What mkdocs-jupyter inlines into a notebook's page: JupyterLab's stylesheets, whole, and
+    # nbconvert's Pygments rules, under `.highlight-ipynb`, in the style nbconvert uses.
     pygments = HtmlFormatter(style=CSSHTMLHeaderPreprocessor().style)
     sheets = {
         "nbconvert's Pygments": pygments.get_style_defs(".highlight-ipynb"),
-        **{s.name: s.read_text() for s in sorted(JUPYTER_ASSETS.glob("*.css"))},
+        **{name: css for css, name in jupyterlab_css().items()},
     }
-    assert "index.css" in sheets  # JupyterLab's, whole
+    assert "index.css" in sheets
     found = {".n": [], ".w": []}
     for sheet, css in sheets.items():
-        for selectors, declarations in rules(css):
-            for selector in selectors.split(","):
-                last = selector.strip().split()[-1] if selector.strip() else ""
-                if last in found:
-                    found[last].append((sheet, declarations.strip()))
+        for _, last, declarations in by_selector(css):
+            if last in found:
+                found[last].append((sheet, declarations.strip()))
     assert found[".n"] == []
     assert {d.split(":")[0].strip() for _, d in found[".w"]} == {"color"}, found[".w"]
     # Ours: a name in Material's name colour (the code's own: the test above), and the

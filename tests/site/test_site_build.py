@@ -109,9 +109,9 @@ def test_notebook_pages_show_the_sites_figures_and_their_downloads_carry_them(bu
 def test_notebook_pages_define_the_copy_icon_once_and_every_button_uses_it(built_site):
     """mkdocs-jupyter's template draws a copy button per cell, each with the icon's paths;
     a notebook page holds those paths once, as the template writes them."""
-    import mkdocs_jupyter
+    import notebook_css
 
-    template = Path(mkdocs_jupyter.__file__).parent / "templates/mkdocs_html/notebook.html.j2"
+    template = notebook_css.ASSETS.parent / "notebook.html.j2"
     icon = re.search(r'class="clipboard-copy-icon">(.*?)</svg>', template.read_text(), re.S)
     paths = re.findall(r"<path [^>]*\bd=\"([^\"]+)\"", icon[1])
     assert len(paths) == 2
