@@ -170,7 +170,8 @@ RULES = (
     rule("core", "/llmserve_ref/model/llama.py /llmserve_ref/kernels/", "", FORWARD),
     rule("core", "/llmserve_ref/engine/paged_batch.py", "attend positions", FORWARD),
     rule("core", "/llmserve_ref/engine/kv_storage.py", "write keys values", FORWARD),
-    rule("core", "/llmserve_ref/engine/compiled_decode.py", "hidden_states", FORWARD),
+    rule("core", "/llmserve_ref/engine/compiled_decode.py", "hidden_states any_step paged_attend",
+         FORWARD),
     rule("core", "/llmserve_ref/engine/onednn_linear.py", "", FORWARD),
     rule("core", "/llmserve_ref/engine/fused_projections.py", "project gate_up", FORWARD),
     rule("core", "/torchinductor_", "", FORWARD),  # the compiled graph's generated wrapper

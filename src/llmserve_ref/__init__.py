@@ -91,7 +91,7 @@ engine/, many requests on one model:
 * ``engine.block_manager``: the paged KV allocator: block tables, refcounts, prefix cache.
   Pages: stage-7/pagedattention, stage-7/scheduler-simulator, stage-8/paged-kv-allocator,
   stage-8/prefix-caching.
-* ``engine.compiled_decode``: the decode step compiled, one graph per batch size, padded to it.
+* ``engine.compiled_decode``: the forward compiled: a graph per decode batch size, one for any step.
   Pages: stage-9/running-a-serving-engine.
 * ``engine.core_worker``: the engine core's loop in its own process or thread, and its messages.
   Pages: none.

@@ -1,5 +1,5 @@
 """The compiled decode step: the logits of the eager step, no sequence's blocks touched by
-the padding, one graph per size whatever the sequences' lengths, eager where it must be.
+the padding, one graph per size whatever the sequences' lengths, one graph for every other step.
 
 The oracle is the eager `ModelRunner` on the same chunks: a compiled graph fuses ops and
 sums in another order, so logits agree to float32 rounding, not bit for bit (greedy
@@ -91,15 +91,34 @@ def test_the_padding_writes_only_the_scratch_block(runners):
     assert compiled.storage.data[:, :, 128].any()  # the padding row's keys went here
 
 
-def test_a_step_with_a_prompt_guesses_or_too_many_sequences_runs_eagerly(runners, monkeypatch):
-    _, compiled = runners
+def test_every_other_step_runs_the_dynamic_graph_and_gives_the_eager_logits(runners, monkeypatch):
+    """17 prompts at once, decodes beside a sequence checking guesses, more decodes than the
+    largest size, decodes beside a prompt: each runs the one graph of any number of tokens
+    (no recompile: the stance would raise) and gives the eager logits; 15 decodes alone run
+    the graph of 16."""
+    eager, compiled = runners
     graphs = compiled.compiled
-    ran = []  # the steps that ran compiled, by size
-    run = graphs.hidden_states
-    monkeypatch.setattr(graphs, "hidden_states", lambda b: ran.append(b.num_decodes) or run(b))
-    decode, prompt = Chunk([1], 3, [0], samples=True), Chunk([1, 2], 0, [1], samples=True)
-    guessing = Chunk([1, 2, 3], 3, [2, 3], samples=True, num_guesses=2)
-    steps = [decode, prompt], [decode, guessing], [decode] * 17, [decode] * 3, [decode] * 15
+    ran = []  # which graph each step ran
+    for name in ("hidden_states", "any_step"):
+        run = getattr(graphs, name)
+        monkeypatch.setattr(graphs, name, lambda b, run=run, n=name: ran.append(n) or run(b))
+    seqs = sequences(18, length=12, seed=3)
+    pairs = [(s, [3 * i + b for b in range(3)]) for i, s in enumerate(seqs)]  # 3 blocks each
+
+    def decode(s: list[int], t: list[int], p: int) -> Chunk:
+        return Chunk([s[p]], p, held(t, p), samples=True)
+
+    last, new = pairs[16], pairs[17]
+    steps = [
+        [Chunk(s[:4], 0, held(t, 3), samples=True) for s, t in pairs[:17]],
+        [decode(s, t, 4) for s, t in pairs[:16]]
+        + [Chunk(last[0][4:7], 4, held(last[1], 6), samples=True, num_guesses=2)],
+        [decode(s, t, 5) for s, t in pairs[:16]] + [decode(*last, 7)],
+        [decode(s, t, 6) for s, t in pairs[:15]] + [Chunk(new[0][:5], 0, held(new[1], 4), True)],
+        [decode(s, t, 7) for s, t in pairs[:15]],
+    ]
     for step in steps:
-        compiled.forward(step)
-    assert ran == [16, 16]  # only the 3 and the 15 decodes, padded to 16
+        torch.testing.assert_close(
+            compiled.forward(step), eager.forward(step), atol=1e-5, rtol=1e-5
+        )
+    assert ran == ["any_step"] * 4 + ["hidden_states"]

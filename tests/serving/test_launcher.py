@@ -87,7 +87,8 @@ def test_serve_compile_compiles_at_startup_and_answers_as_the_eager_server(serve
         assert process.stdout.readline().startswith("llmserve-ref: KV cache: ")
         compiled = process.stdout.readline()
         assert compiled.startswith(
-            "llmserve-ref: compiled the decode step for batch sizes [1, 2, 4] in "
+            "llmserve-ref: compiled the forward for decode batch sizes [1, 2, 4] and for any "
+            "other step in "
         ), compiled
         base_url = process.stdout.readline().split(" at ")[1].strip()
         body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}

@@ -1,4 +1,4 @@
-"""The decode step, compiled: one graph per batch size, each step padded up to one.
+"""The forward, compiled: a graph per decode batch size (steps padded up), one for any step.
 
 Run eagerly, a decode step of the tiny model is a few hundred small PyTorch ops, each
 dispatched from Python: at one sequence most of the step is that dispatch, not
@@ -19,9 +19,14 @@ stays dynamic, so that one graph per size serves every length; it is at least 2,
 PyTorch specializes a dimension of size 1 into a graph of its own. `KVStorage.write`
 indexes the storage itself, not a view of it, so that the graph writes the cache in place.
 
-Only decode steps run compiled. A step with prompt chunks or guesses runs eagerly (its
-attention loops over sequences in Python), as does one with more sequences than the
-largest size: each step chooses.
+Every other step (prompt chunks, guesses, more sequences than the largest size) runs
+through one more graph, compiled as vLLM's CPU build compiles its forward pass: the number
+of tokens is a dynamic dimension, and attention is an op the graph calls out to
+(`paged_attend`, vLLM's "piecewise" graph around its attention op), which runs the step's
+`PagedBatch` eagerly: its attention differs from step to step in ways a graph cannot fix
+(how many sequences decode, check guesses or read a prompt, each prompt's length), while
+everything around it (norms, RoPE, SiLU, the projections) depends on the tokens alone.
+Each step chooses: a decode graph if one fits, else the dynamic one.
 
 >>> import torch
 >>> from llmserve_ref.engine.kv_storage import KVStorage
@@ -40,8 +45,9 @@ largest size: each step chooses.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -49,6 +55,47 @@ from llmserve_ref.engine.kv_storage import KVStorage
 from llmserve_ref.engine.paged_batch import Chunk, PagedBatch
 from llmserve_ref.kernels.paged_attention import paged_decode_attention
 from llmserve_ref.model.llama import Llama
+
+_steps: list[PagedBatch] = []  # the batch the dynamic graph runs now (vLLM: "forward context")
+
+
+@contextlib.contextmanager
+def running(batch: PagedBatch) -> Iterator[None]:
+    """`batch` is the one `paged_attend` attends with while the graph runs."""
+    _steps.append(batch)
+    try:
+        yield
+    finally:
+        _steps.pop()
+
+
+@torch.library.custom_op("llmserve_ref::paged_attend", mutates_args=())
+def paged_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+    """`PagedBatch.attend` of the running batch, as one op: the graph calls it and does not
+    look inside (it writes the keys and values to the storage, which the graph never reads).
+    ``[1, heads, num_tokens, head_dim]`` in and out, the output contiguous."""
+    batch = _steps[-1]
+    return batch.attend(layer, q, k, v, batch.positions(q.shape[2])).contiguous()
+
+
+@paged_attend.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+    return q.new_empty(q.shape)
+
+
+class _AnyStep:
+    """The `KVStore` the dynamic graph sees: the step's positions, and attention by op."""
+
+    def __init__(self, positions: torch.Tensor) -> None:
+        self._positions = positions
+
+    def positions(self, num_tokens: int) -> torch.Tensor:
+        return self._positions
+
+    def attend(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
+        return paged_attend(q, k, v, layer)
 
 
 class CompiledDecode:
@@ -68,8 +115,9 @@ class CompiledDecode:
         self.padding = Chunk([0], start=0, block_table=[scratch], samples=False)
         # One graph per size, of a function whose graphs dynamo counts per process (the
         # same code, whatever the model): past its limit (8 by default) it runs eagerly.
-        torch._dynamo.config.recompile_limit += len(self.sizes)
+        torch._dynamo.config.recompile_limit += len(self.sizes) + 1  # and the dynamic graph
         self._hidden_states = torch.compile(model.hidden_states, dynamic=False)
+        self._any_step = torch.compile(model.hidden_states)
         # After `warm_up`, a step that would need a new graph runs eagerly instead: a
         # request never waits seconds for a compile (a test sets "fail_on_recompile").
         self.stance = "default"
@@ -96,12 +144,23 @@ class CompiledDecode:
 
     # --8<-- [end:pad]
 
+    def any_step(self, batch: PagedBatch) -> torch.Tensor:
+        """The dynamic graph's `Llama.hidden_states` of any step: ``[1, num_tokens, hidden]``."""
+        ids, positions = batch.input_ids, batch.positions(batch.input_ids.shape[1])
+        torch._dynamo.maybe_mark_dynamic(ids, 1)  # any number of tokens
+        torch._dynamo.maybe_mark_dynamic(positions, 0)
+        with torch.compiler.set_stance(self.stance), running(batch):
+            return self._any_step(ids, _AnyStep(positions))
+
     @torch.inference_mode()  # as the engine core runs: a graph compiled outside is another
     def warm_up(self) -> float:
-        """Compile every size now (a step of padding rows each), not at a request's first
-        step; returns the seconds it took (seconds each, cold; much less from the cache)."""
+        """Compile every size now (a step of padding rows each), and the dynamic graph (a
+        two-token prompt into the scratch block), not at a request's first step; returns the
+        seconds it took (seconds each, cold; much less from the cache)."""
         started = time.perf_counter()
         for size in self.sizes:
             self.hidden_states(self.pad([], size))
+        prompt = Chunk([0, 0], start=0, block_table=[self.padding.block_table[0]], samples=False)
+        self.any_step(PagedBatch([prompt], self.storage, self.decode_kernel))
         self.stance = "eager_on_recompile"
         return time.perf_counter() - started

@@ -50,7 +50,8 @@ class ModelRunner:
     def __init__(
         self, model: Llama, num_blocks: int, block_size: int, compile_sizes: Sequence[int] = ()
     ) -> None:
-        """`compile_sizes`: run decode steps compiled, padded to these batch sizes
+        """`compile_sizes`: run decode steps compiled, padded to these batch sizes, and every
+        other step through one graph of any number of tokens
         (`llmserve_ref.engine.compiled_decode`); empty: every step eagerly."""
         # The engine's own copy of the model (`generate` runs the model as it is), sharing
         # its weights, its projections fused and, on a CPU with AVX-512, its linear layers
@@ -93,6 +94,9 @@ class ModelRunner:
         if self.compiled and (size := self.compiled.size_for(packed)):  # decode, padded
             batch = self.compiled.pad(packed, size)
             hidden = self.compiled.hidden_states(batch)[0]  # [size, hidden]
+        elif self.compiled:  # prompt chunks, guesses, or many sequences: the dynamic graph
+            batch = PagedBatch(packed, self.storage, self.decode_kernel)
+            hidden = self.compiled.any_step(batch)[0]  # [num_tokens, hidden]
         else:
             batch = PagedBatch(packed, self.storage, self.decode_kernel)
             hidden = self.model.hidden_states(batch.input_ids, batch)[0]  # [num_tokens, hidden]

@@ -110,8 +110,9 @@ def serve(
         print(f"llmserve-ref: {kv_cache_report(running)}", flush=True)
         if running.compile_seconds is not None:
             print(
-                f"llmserve-ref: compiled the decode step for batch sizes "
-                f"{running.config.compile_sizes} in {running.compile_seconds:.1f} s",
+                f"llmserve-ref: compiled the forward for decode batch sizes "
+                f"{running.config.compile_sizes} and for any other step in "
+                f"{running.compile_seconds:.1f} s",
                 flush=True,
             )
     sock = bind(host, port)
