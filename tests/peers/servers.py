@@ -290,7 +290,7 @@ def our_command(
     compile: bool = True,
 ) -> list[str]:
     """``llmserve-ref serve`` on `port` (0: any free one) with the `knobs` (the page's launch):
-    its decode steps compiled, as vLLM compiles its forward pass, unless `compile` is False."""
+    its forward pass compiled, as vLLM compiles its own, unless `compile` is False."""
     return [
         sys.executable,
         "-m",
