@@ -314,14 +314,15 @@ def our_server(
     block_size: int,
     speculative_config: dict | None = None,
     compile: bool = True,
-    timeout: float = 600.0,
+    timeout: float = 900.0,
 ) -> Iterator[Server]:
     """``llmserve-ref serve`` (the batched engine) with vLLM's flags, while the block runs;
     "llmserve-ref eager" without ``--compile`` (the engine as it ran before it compiled).
 
     Port 0 lets it pick a free port; it announces the URL on a line of its own. Compiling
-    takes seconds with torch's compile cache warm, minutes cold (hence the timeout): about
-    100 s on a two-core AMD EPYC with AVX-512, 270 s on one with AVX2 only.
+    takes seconds with torch's compile cache warm, minutes cold (hence the timeout): 397 s
+    for a graph per decode batch size and one for any other step on a two-core AMD EPYC with
+    AVX2 only (before the second graph: about 100 s with AVX-512, 270 s with AVX2 only).
     """
     command = our_command(0, block_size, kv_cache_memory_bytes, speculative_config, compile)
     name = named("llmserve-ref", speculative_config) + ("" if compile else " eager")
