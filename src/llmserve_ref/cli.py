@@ -208,9 +208,9 @@ def add_engine_flags(group: argparse._ArgumentGroup) -> None:
         "--compile",
         action=argparse.BooleanOptionalAction,
         default=defaults.compile,
-        help="run decode steps as torch.compile graphs, one per batch size (1, 2, 4, then "
-        "every multiple of 8 below --max-num-seqs, and it), compiled at startup (vLLM "
-        "compiles unless --enforce-eager)",
+        help="run steps as torch.compile graphs: decode steps one per batch size (1, 2, 4, "
+        "then every multiple of 8 below --max-num-seqs, and it), every other step one graph "
+        "of any number of tokens; compiled at startup (vLLM compiles unless --enforce-eager)",
     )
 
 

@@ -91,7 +91,7 @@ def test_a_mixed_batch_gives_each_prompt_what_generate_gives_it_alone(
     assert core.scheduler.block_manager.num_used_blocks == 0
 
 
-@pytest.mark.slow  # compiles five graphs of the tiny model (seconds each, cold)
+@pytest.mark.slow  # compiles six graphs of the tiny model (seconds each, cold)
 def test_compiled_decode_steps_give_every_token_generate_gives(
     target, prompts, greedy_reference, monkeypatch
 ):

@@ -19,14 +19,15 @@ stays dynamic, so that one graph per size serves every length; it is at least 2,
 PyTorch specializes a dimension of size 1 into a graph of its own. `KVStorage.write`
 indexes the storage itself, not a view of it, so that the graph writes the cache in place.
 
-Every other step (prompt chunks, guesses, more sequences than the largest size) runs
-through one more graph, compiled as vLLM's CPU build compiles its forward pass: the number
-of tokens is a dynamic dimension, and attention is an op the graph calls out to
-(`paged_attend`, vLLM's "piecewise" graph around its attention op), which runs the step's
-`PagedBatch` eagerly: its attention differs from step to step in ways a graph cannot fix
-(how many sequences decode, check guesses or read a prompt, each prompt's length), while
-everything around it (norms, RoPE, SiLU, the projections) depends on the tokens alone.
-Each step chooses: a decode graph if one fits, else the dynamic one.
+Every other step (prompt chunks, guesses, or more sequences than the largest size, which
+`EngineConfig.compile_sizes` never leaves) runs through one more graph, compiled as vLLM's
+CPU build compiles its forward pass (one trace, inductor): the number of tokens is a
+dynamic dimension, and attention is an op the graph calls out to (`paged_attend` here,
+`unified_attention_with_output` in vLLM), which runs the step's `PagedBatch` eagerly: its
+attention differs from step to step in ways a graph cannot fix (how many sequences decode,
+check guesses or read a prompt, each prompt's length), while everything around it (norms,
+RoPE, SiLU, the projections) depends on the tokens alone. Each step chooses: a decode
+graph if one fits, else the dynamic one.
 
 >>> import torch
 >>> from llmserve_ref.engine.kv_storage import KVStorage
@@ -37,7 +38,7 @@ Each step chooses: a decode graph if one fits, else the dynamic one.
 >>> storage = KVStorage.for_model(config, num_blocks=9, block_size=4)  # 8 and a scratch block
 >>> graphs = CompiledDecode(Llama(config), storage, sizes=[1, 2, 4, 16])
 >>> decode = Chunk([3], start=5, block_table=[0, 1], samples=True)
->>> [graphs.size_for([decode] * n) for n in (2, 3, 15, 17)]  # 3 run as 4; 17: eagerly
+>>> [graphs.size_for([decode] * n) for n in (2, 3, 15, 17)]  # 3 run as 4; 17: the dynamic graph
 [2, 4, 16, None]
 >>> graphs.pad([decode] * 3, 4).input_ids.tolist()  # a padding row: token 0, to the scratch block
 [[3, 3, 3, 0]]
@@ -99,8 +100,9 @@ class _AnyStep:
 
 
 class CompiledDecode:
-    """The model's decode forward compiled once per size in `sizes`; `storage`'s last
-    block is the padding rows' scratch block."""
+    """The model's decode forward compiled once per size in `sizes`, and once with any
+    number of tokens for every other step; `storage`'s last block is the padding rows'
+    scratch block."""
 
     def __init__(
         self,
@@ -124,8 +126,8 @@ class CompiledDecode:
 
     # --8<-- [start:pad]
     def size_for(self, chunks: Sequence[Chunk]) -> int | None:
-        """The size a step runs at, or None (eagerly): it has a prompt chunk or guesses, or
-        is too big."""
+        """The size a step runs at, or None (the dynamic graph, `any_step`): it has a prompt
+        chunk or guesses, or is too big."""
         if not all(c.is_decode for c in chunks):
             return None
         return next((size for size in self.sizes if size >= len(chunks)), None)

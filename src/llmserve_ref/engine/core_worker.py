@@ -73,7 +73,7 @@ class CoreSpec:
     stop_token_ids: Collection[int] = ()
     num_threads: int | None = None  # torch's threads in a core process (default: cores - 1)
     speculative: SpeculativeConfig | None = None  # guesses checked each step, if any
-    compile_sizes: Sequence[int] = ()  # decode steps compiled for these batch sizes
+    compile_sizes: Sequence[int] = ()  # decode batch sizes compiled (and any other step)
 
 
 # To the core.
@@ -100,7 +100,7 @@ class Shutdown:
 # From the core.
 @dataclass(frozen=True)
 class Ready:
-    """The model is loaded (and its decode step compiled, if asked); the core takes requests."""
+    """The model is loaded (and its forward compiled, if asked); the core takes requests."""
 
     stats: EngineStats
     compile_seconds: float | None = None  # None: every step runs eagerly

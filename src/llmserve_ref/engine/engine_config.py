@@ -29,7 +29,7 @@ class EngineConfig:
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     kv_cache_memory_bytes: int = 64 * 2**20  # KV memory; vLLM's CPU backend: VLLM_CPU_KVCACHE_SPACE
     speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding
-    compile: bool = False  # decode steps compiled per batch size (vLLM: on unless --enforce-eager)
+    compile: bool = False  # the forward compiled, as vLLM's (on unless --enforce-eager)
 
     @property
     def compile_sizes(self) -> list[int]:
